@@ -1,0 +1,1 @@
+"""Thespian actors that wire the shelldon library into a running system. Thin by rule."""

@@ -1,0 +1,1 @@
+"""The provider seam: holds credentials, normalizes tool calls, executes nothing."""

@@ -1,0 +1,251 @@
+"""Settings: one TOML file plus ``SHELLDON_<SECTION>_<KEY>`` environment overrides.
+
+The file is ``--config``, else ``$SHELLDON_CONFIG``, else ``<home>/config.toml`` (optional);
+home is ``$SHELLDON_HOME`` or ``~/.shelldon``. Every key has a default that works on a fresh
+machine. Policy numbers (ceilings, caps, thresholds) are read here, once, and passed down.
+A bad file or value raises ``ConfigError`` naming the key; the CLI prints it and exits 2.
+
+Secrets never live in ``Settings``: see ``shelldon.secrets``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROVIDERS = ("anthropic", "openai", "scripted")
+SANDBOX_MODES = ("required", "best-effort", "off")
+
+
+class ConfigError(ValueError):
+    """A config file or value is unusable; ``key`` names it (``section.key``)."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"config: {key}: {problem}")
+        self.key = key
+        self.problem = problem
+
+
+@dataclass(frozen=True, slots=True)
+class TelegramSettings:
+    """How to reach the Bot API and who may talk to the pet."""
+
+    api_base: str = "https://api.telegram.org"
+    allowed_users: tuple[int, ...] = ()
+    poll_timeout_s: int = 30
+
+
+@dataclass(frozen=True, slots=True)
+class BrainSettings:
+    """Which model provider to use and how."""
+
+    provider: str = "scripted"
+    model: str = "claude-sonnet-4-5"
+    base_url: str = ""
+    script: str = ""
+    max_tokens: int = 1024
+    persona: str = "You are shelldon, a small, curious pet agent living on a Raspberry Pi."
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsSettings:
+    """Ceilings and caps: the policy that bounds every turn and every child process."""
+
+    max_tool_executions: int = 6
+    turn_timeout_s: float = 25.0
+    bail_margin_s: float = 2.0
+    kill_grace_s: float = 3.0
+    daily_turn_budget: int = 48
+    approval_ttl_s: int = 3600
+    strike_threshold: int = 3
+    rlimit_as_mb: int = 1024
+    rlimit_cpu_s: int = 30
+    eval_timeout_s: float = 2.0
+    gate_timeout_s: float = 30.0
+    shell_timeout_s: float = 20.0
+    max_tool_output_chars: int = 16000
+    max_queue: int = 8
+    history_chars: int = 6000
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxSettings:
+    """Kernel confinement mode: required, best-effort or off."""
+
+    mode: str = "best-effort"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """All of shelldon's settings, with the paths derived from ``home``."""
+
+    home: Path
+    config_path: Path | None = None
+    telegram: TelegramSettings = field(default_factory=TelegramSettings)
+    brain: BrainSettings = field(default_factory=BrainSettings)
+    limits: LimitsSettings = field(default_factory=LimitsSettings)
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+
+    @property
+    def workspace(self) -> Path:
+        """Root of the tool jail and of the self-coded tool directories."""
+        return self.home / "workspace"
+
+    @property
+    def vault(self) -> Path:
+        """Directory of secret files (one value per file)."""
+        return self.home / "vault"
+
+    @property
+    def database(self) -> Path:
+        """The sqlite store."""
+        return self.home / "shelldon.db"
+
+
+_SECTIONS: dict[str, type[Any]] = {
+    "telegram": TelegramSettings,
+    "brain": BrainSettings,
+    "limits": LimitsSettings,
+    "sandbox": SandboxSettings,
+}
+
+
+def default_home(environ: Mapping[str, str]) -> Path:
+    """``$SHELLDON_HOME`` or ``~/.shelldon``."""
+    raw = environ.get("SHELLDON_HOME")
+    return Path(raw).expanduser() if raw else Path.home() / ".shelldon"
+
+
+def _coerce(key: str, kind: str, value: Any, *, from_env: bool) -> Any:
+    """Turn a TOML value (or an environment string) into the field's type, or say why not."""
+    if kind == "str":
+        if not isinstance(value, str):
+            raise ConfigError(key, f"expected a string, got {value!r}")
+        return value
+    if kind == "int":
+        if from_env:
+            try:
+                return int(value)
+            except ValueError:
+                raise ConfigError(key, f"expected an integer, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(key, f"expected an integer, got {value!r}")
+        return value
+    if kind == "float":
+        if from_env:
+            try:
+                return float(value)
+            except ValueError:
+                raise ConfigError(key, f"expected a number, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(key, f"expected a number, got {value!r}")
+        return float(value)
+    if kind == "tuple[int, ...]":
+        items: list[Any]
+        if from_env:
+            items = [p.strip() for p in str(value).split(",") if p.strip()]
+            try:
+                return tuple(int(p) for p in items)
+            except ValueError:
+                raise ConfigError(
+                    key, f"expected comma-separated integers, got {value!r}"
+                ) from None
+        if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        ):
+            raise ConfigError(key, f"expected a list of integers, got {value!r}")
+        return tuple(value)
+    raise ConfigError(key, f"unsupported setting type {kind}")  # pragma: no cover
+
+
+def _build_section(
+    name: str, table: Mapping[str, Any], environ: Mapping[str, str]
+) -> Any:
+    cls = _SECTIONS[name]
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    values: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in known:
+            raise ConfigError(f"{name}.{key}", f"unknown key (known: {', '.join(known)})")
+        values[key] = _coerce(f"{name}.{key}", str(known[key].type), value, from_env=False)
+    for key, f in known.items():
+        env_name = f"SHELLDON_{name.upper()}_{key.upper()}"
+        if env_name in environ:
+            values[key] = _coerce(env_name, str(f.type), environ[env_name], from_env=True)
+    return cls(**values)
+
+
+def _validate(s: Settings) -> None:
+    if s.brain.provider not in PROVIDERS:
+        raise ConfigError(
+            "brain.provider", f"{s.brain.provider!r} is not one of {', '.join(PROVIDERS)}"
+        )
+    if s.sandbox.mode not in SANDBOX_MODES:
+        raise ConfigError(
+            "sandbox.mode", f"{s.sandbox.mode!r} is not one of {', '.join(SANDBOX_MODES)}"
+        )
+    if not s.telegram.api_base.startswith(("http://", "https://")):
+        raise ConfigError("telegram.api_base", "must start with http:// or https://")
+    if s.brain.base_url and not s.brain.base_url.startswith(("http://", "https://")):
+        raise ConfigError("brain.base_url", "must start with http:// or https://")
+    lim = s.limits
+    positives = {
+        "limits.max_tool_executions": lim.max_tool_executions,
+        "limits.turn_timeout_s": lim.turn_timeout_s,
+        "limits.daily_turn_budget": lim.daily_turn_budget,
+        "limits.approval_ttl_s": lim.approval_ttl_s,
+        "limits.strike_threshold": lim.strike_threshold,
+        "limits.rlimit_as_mb": lim.rlimit_as_mb,
+        "limits.rlimit_cpu_s": lim.rlimit_cpu_s,
+        "limits.eval_timeout_s": lim.eval_timeout_s,
+        "limits.gate_timeout_s": lim.gate_timeout_s,
+        "limits.shell_timeout_s": lim.shell_timeout_s,
+        "limits.max_tool_output_chars": lim.max_tool_output_chars,
+        "limits.max_queue": lim.max_queue,
+        "limits.history_chars": lim.history_chars,
+        "brain.max_tokens": s.brain.max_tokens,
+        "telegram.poll_timeout_s": s.telegram.poll_timeout_s,
+    }
+    for key, value in positives.items():
+        if value <= 0:
+            raise ConfigError(key, f"must be greater than 0, got {value}")
+    if lim.bail_margin_s < 0 or lim.bail_margin_s >= lim.turn_timeout_s:
+        raise ConfigError("limits.bail_margin_s", "must be >= 0 and below limits.turn_timeout_s")
+    if lim.kill_grace_s < 0:
+        raise ConfigError("limits.kill_grace_s", "must be >= 0")
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> Settings:
+    """Read the config file (if any) and the environment overrides into ``Settings``."""
+    env = os.environ if environ is None else environ
+    home = default_home(env)
+    explicit = path if path is not None else env.get("SHELLDON_CONFIG")
+    config_path = Path(explicit).expanduser() if explicit else home / "config.toml"
+    data: dict[str, Any] = {}
+    if config_path.exists():
+        try:
+            data = tomllib.loads(config_path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(str(config_path), f"not valid TOML: {exc}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(str(config_path), f"cannot read: {exc}") from None
+    elif explicit:
+        raise ConfigError(str(config_path), "config file does not exist")
+    else:
+        config_path = None  # type: ignore[assignment]
+    for name in data:
+        if name not in _SECTIONS:
+            raise ConfigError(name, f"unknown section (known: {', '.join(_SECTIONS)})")
+        if not isinstance(data[name], dict):
+            raise ConfigError(name, "must be a table ([section])")
+    sections = {name: _build_section(name, data.get(name, {}), env) for name in _SECTIONS}
+    settings = Settings(home=home, config_path=config_path, **sections)
+    _validate(settings)
+    return settings

@@ -1,0 +1,1 @@
+"""LLM-free core: persistence, gating, limits, sandbox. Imports no LLM SDK, broker or worker."""

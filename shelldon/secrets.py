@@ -1,0 +1,82 @@
+"""Secrets: bot token and API keys, read from files and never from an environment forks inherit.
+
+Order for each name: ``$CREDENTIALS_DIRECTORY/<name>`` (systemd ``LoadCredential=``), then
+``<home>/vault/<name>``, then an environment variable, which is removed from ``os.environ`` as
+soon as it is read (``take_env_secrets``, called once at start, before anything forks).
+A secret file holds one value; surrounding whitespace is stripped. Values are never logged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import MutableMapping
+from pathlib import Path
+
+SECRET_ENV = {
+    "telegram_token": "TELEGRAM_BOT_TOKEN",
+    "anthropic_api_key": "ANTHROPIC_API_KEY",
+    "openai_api_key": "OPENAI_API_KEY",
+}
+"""Each secret's file name and the environment variable that may carry it instead."""
+
+_env_taken: dict[str, str] = {}
+
+
+class SecretMissingError(RuntimeError):
+    """A secret the configuration needs was found nowhere; the message says where to put it."""
+
+
+def take_env_secrets(environ: MutableMapping[str, str] | None = None) -> None:
+    """Move secret environment variables out of the environment (so no fork inherits them)."""
+    env = os.environ if environ is None else environ
+    for name, var in SECRET_ENV.items():
+        value = env.pop(var, None)
+        if value is not None and value.strip():
+            _env_taken[name] = value.strip()
+
+
+def secret_sources(vault: Path, environ: MutableMapping[str, str] | None = None) -> list[Path]:
+    """The directories searched for secret files, in order."""
+    env = os.environ if environ is None else environ
+    dirs = []
+    creds = env.get("CREDENTIALS_DIRECTORY")
+    if creds:
+        dirs.append(Path(creds))
+    dirs.append(vault)
+    return dirs
+
+
+def find_secret(
+    name: str, vault: Path, environ: MutableMapping[str, str] | None = None
+) -> tuple[str, str] | None:
+    """Return ``(value, where)`` for secret ``name``, or None. ``where`` never holds the value."""
+    for directory in secret_sources(vault, environ):
+        path = directory / name
+        try:
+            value = path.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SecretMissingError(f"secret {name}: cannot read {path}: {exc}") from None
+        if value:
+            return value, str(path)
+    take_env_secrets(environ)
+    if name in _env_taken:
+        return _env_taken[name], f"${SECRET_ENV[name]} (moved out of the environment)"
+    return None
+
+
+def read_secret(name: str, vault: Path, environ: MutableMapping[str, str] | None = None) -> str:
+    """The value of secret ``name``; raises ``SecretMissingError`` saying where to put it."""
+    found = find_secret(name, vault, environ)
+    if found is None:
+        raise SecretMissingError(
+            f"secret {name} not found: put it in {vault / name} (mode 0600), "
+            f"or load it with systemd LoadCredential={name}:..., or set ${SECRET_ENV[name]}"
+        )
+    return found[0]
+
+
+def forget_env_secrets() -> None:
+    """Drop secrets taken from the environment (tests; a process that must not keep them)."""
+    _env_taken.clear()

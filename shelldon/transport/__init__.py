@@ -1,0 +1,1 @@
+"""Transports: Telegram Bot API over aiohttp, and the console."""

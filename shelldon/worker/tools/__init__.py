@@ -1,0 +1,45 @@
+"""Tool registry, ``execute_tool`` and ``build_registry``: built-ins plus live self-coded tools."""
+
+from __future__ import annotations
+
+from shelldon.config import Settings
+from shelldon.worker.tools.registry import (
+    Registry,
+    ToolContext,
+    ToolError,
+    ToolSpec,
+    cap_output,
+    execute_tool,
+)
+
+__all__ = [
+    "Registry",
+    "ToolContext",
+    "ToolError",
+    "ToolSpec",
+    "build_registry",
+    "cap_output",
+    "context_from_settings",
+    "execute_tool",
+]
+
+
+def context_from_settings(settings: Settings) -> ToolContext:
+    """The ToolContext a turn's tools run with."""
+    lim = settings.limits
+    return ToolContext(
+        workspace=settings.workspace,
+        vault=settings.vault,
+        max_output_chars=lim.max_tool_output_chars,
+        eval_timeout_s=lim.eval_timeout_s,
+        shell_timeout_s=lim.shell_timeout_s,
+        rlimit_as_mb=lim.rlimit_as_mb,
+        rlimit_cpu_s=lim.rlimit_cpu_s,
+    )
+
+
+def build_registry(settings: Settings) -> Registry:
+    """Every tool a turn may call: the built-in families, then the live self-coded tools."""
+    registry = Registry(context_from_settings(settings))
+    # Families register here as they land (files, pyeval, http, git, shell, self-coded).
+    return registry
