@@ -1,0 +1,24 @@
+"""Shared fixtures: a fresh shelldon home per test, settings loaded from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shelldon.config import Settings, load_settings
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """An empty shelldon home with its workspace and vault directories."""
+    h = tmp_path / "home"
+    (h / "workspace").mkdir(parents=True)
+    (h / "vault").mkdir()
+    return h
+
+
+@pytest.fixture
+def settings(home: Path) -> Settings:
+    """Default settings rooted at the test's home (no config file, no environment)."""
+    return load_settings(environ={"SHELLDON_HOME": str(home)})
