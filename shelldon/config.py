@@ -163,9 +163,7 @@ def _coerce(key: str, kind: str, value: Any, *, from_env: bool) -> Any:
     raise ConfigError(key, f"unsupported setting type {kind}")  # pragma: no cover
 
 
-def _build_section(
-    name: str, table: Mapping[str, Any], environ: Mapping[str, str]
-) -> Any:
+def _build_section(name: str, table: Mapping[str, Any], environ: Mapping[str, str]) -> Any:
     cls = _SECTIONS[name]
     known = {f.name: f for f in dataclasses.fields(cls)}
     values: dict[str, Any] = {}

@@ -112,7 +112,7 @@ def _checker(tp: Any) -> Callable[[Any, str], Any]:
     """Build a function that validates one wire value against a type hint and rebuilds it."""
     origin = typing.get_origin(tp)
     if tp is Any:
-        return lambda v, where: _check_json(v, where)
+        return _check_json
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(tp)
         checkers = [_checker(o) for o in options]

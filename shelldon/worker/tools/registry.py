@@ -156,6 +156,8 @@ def execute_tool(registry: Registry, call: ToolCall, *, approved: bool = False) 
         if spec.self_coded:
             registry.failures.append(ToolFailure(call.name, error, self_coded=True))
         return ToolResult(
-            call.id, False, cap_output(f"{call.name} failed: {error}", registry.context.max_output_chars)
+            call.id,
+            False,
+            cap_output(f"{call.name} failed: {error}", registry.context.max_output_chars),
         )
     return ToolResult(call.id, True, cap_output(output, registry.context.max_output_chars))

@@ -1,0 +1,497 @@
+"""The sqlite store: conversation, memory, parked approvals and promotions, tool health,
+schedule, budget, Telegram update dedup, the inbox of handed-off events, and the audit log.
+
+One file under home, WAL mode, ``synchronous=FULL`` (a parked approval survives power loss),
+a busy timeout so several actor processes can share it, and a schema versioned with
+``PRAGMA user_version`` and forward-only migrations. Every time is passed in (``now``) so tests
+use a fake clock. Each process opens its own ``Store``; the store that opens a connection
+closes it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_MIGRATIONS: tuple[str, ...] = (
+    # v1
+    """
+    CREATE TABLE messages (
+        id INTEGER PRIMARY KEY, chat_id INTEGER NOT NULL, role TEXT NOT NULL,
+        content TEXT NOT NULL, created_at REAL NOT NULL);
+    CREATE INDEX messages_chat ON messages (chat_id, id);
+    CREATE TABLE facts (
+        id INTEGER PRIMARY KEY, fact TEXT NOT NULL UNIQUE, created_at REAL NOT NULL);
+    CREATE TABLE pending_approvals (
+        turn_id TEXT PRIMARY KEY, chat_id INTEGER NOT NULL, blob BLOB NOT NULL,
+        summary TEXT NOT NULL, created_at REAL NOT NULL, expires_at REAL NOT NULL);
+    CREATE TABLE pending_promotions (
+        turn_id TEXT PRIMARY KEY, chat_id INTEGER NOT NULL, name TEXT NOT NULL,
+        code_hash TEXT NOT NULL, summary TEXT NOT NULL,
+        created_at REAL NOT NULL, expires_at REAL NOT NULL);
+    CREATE TABLE tool_health (
+        name TEXT PRIMARY KEY, strikes INTEGER NOT NULL, last_error TEXT NOT NULL,
+        updated_at REAL NOT NULL);
+    CREATE TABLE schedule (
+        id INTEGER PRIMARY KEY, chat_id INTEGER NOT NULL, due_at REAL NOT NULL,
+        prompt TEXT NOT NULL, created_at REAL NOT NULL, started_at REAL);
+    CREATE INDEX schedule_due ON schedule (started_at, due_at);
+    CREATE TABLE budget (day TEXT PRIMARY KEY, spent INTEGER NOT NULL);
+    CREATE TABLE processed_updates (
+        update_id INTEGER PRIMARY KEY, processed_at REAL NOT NULL);
+    CREATE TABLE inbox (
+        id INTEGER PRIMARY KEY, update_id INTEGER UNIQUE, blob BLOB NOT NULL,
+        created_at REAL NOT NULL, taken_at REAL);
+    CREATE TABLE audit (
+        id INTEGER PRIMARY KEY, ts REAL NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL,
+        subject TEXT NOT NULL, detail TEXT NOT NULL, code_hash TEXT NOT NULL DEFAULT '',
+        turn_id TEXT NOT NULL DEFAULT '');
+    CREATE TRIGGER audit_append_only_update BEFORE UPDATE ON audit
+        BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;
+    CREATE TRIGGER audit_append_only_delete BEFORE DELETE ON audit
+        BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;
+    """,
+)
+
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+
+class StoreError(RuntimeError):
+    """The database cannot be used (newer schema than this code, unreadable file)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """The outcome of taking a parked row: ``status`` is "ok", "expired" or "unknown"."""
+
+    status: str
+    turn_id: str
+    chat_id: int = 0
+    blob: bytes = b""
+    summary: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A parked approval or promotion, for /pending."""
+
+    kind: str
+    turn_id: str
+    chat_id: int
+    summary: str
+    created_at: float
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """A scheduled turn."""
+
+    id: int
+    chat_id: int
+    due_at: float
+    prompt: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A conversation message as stored."""
+
+    role: str
+    content: str
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ToolHealth:
+    """A tool's strike count and its last error."""
+
+    name: str
+    strikes: int
+    last_error: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One line of the audit log."""
+
+    ts: float
+    actor: str
+    action: str
+    subject: str
+    detail: dict[str, Any]
+    code_hash: str
+    turn_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class InboxItem:
+    """An event durably handed off by a transport, not yet taken by the arbiter."""
+
+    id: int
+    update_id: int | None
+    blob: bytes
+
+
+class Store:
+    """The sqlite store; open one per process with ``Store(path)``, close it with ``close()``."""
+
+    def __init__(self, path: Path | str, *, busy_timeout_ms: int = 5000) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so writers queue on
+            # the busy timeout instead of failing with "database is locked" mid-transaction.
+            self._db = sqlite3.connect(
+                self.path, isolation_level=None, timeout=busy_timeout_ms / 1000
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open database {self.path}: {exc}") from None
+        try:
+            self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = FULL")
+            self._db.execute("PRAGMA foreign_keys = ON")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise StoreError(f"cannot use database {self.path}: {exc}") from None
+        except StoreError:
+            self._db.close()
+            raise
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        with self._write() as db:
+            version = int(db.execute("PRAGMA user_version").fetchone()[0])
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"database {self.path} has schema v{version}, newer than this shelldon "
+                    f"(v{SCHEMA_VERSION}); upgrade shelldon or restore a backup"
+                )
+            for number in range(version, SCHEMA_VERSION):
+                for statement in _split_sql(_MIGRATIONS[number]):
+                    db.execute(statement)
+                db.execute(f"PRAGMA user_version = {number + 1}")
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version of the open database."""
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    # ------------------------------------------------------------ conversation and memory
+
+    def append_message(self, chat_id: int, role: str, content: str, now: float) -> None:
+        """Add one message to a chat's conversation."""
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO messages (chat_id, role, content, created_at) VALUES (?, ?, ?, ?)",
+                (chat_id, role, content, now),
+            )
+
+    def recent_messages(self, chat_id: int, limit: int = 50) -> list[StoredMessage]:
+        """The last ``limit`` messages of a chat, oldest first."""
+        rows = self._db.execute(
+            "SELECT role, content, created_at FROM messages WHERE chat_id = ? "
+            "ORDER BY id DESC LIMIT ?",
+            (chat_id, limit),
+        ).fetchall()
+        return [StoredMessage(r[0], r[1], r[2]) for r in reversed(rows)]
+
+    def remember(self, fact: str, now: float) -> bool:
+        """Keep a fact; False if it was already known."""
+        with self._write() as db:
+            cur = db.execute(
+                "INSERT OR IGNORE INTO facts (fact, created_at) VALUES (?, ?)", (fact, now)
+            )
+            return cur.rowcount == 1
+
+    def facts(self, limit: int = 100) -> list[str]:
+        """Remembered facts, oldest first."""
+        rows = self._db.execute("SELECT fact FROM facts ORDER BY id LIMIT ?", (limit,))
+        return [r[0] for r in rows.fetchall()]
+
+    # ------------------------------------------------------------ approvals and promotions
+
+    def park_approval(
+        self, turn_id: str, chat_id: int, blob: bytes, summary: str, now: float, ttl_s: float
+    ) -> None:
+        """Park a RISKY call's resume state until the owner decides or ``ttl_s`` passes."""
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO pending_approvals VALUES (?, ?, ?, ?, ?, ?)",
+                (turn_id, chat_id, blob, summary, now, now + ttl_s),
+            )
+
+    def take_approval(self, turn_id: str, now: float) -> Taken:
+        """Consume a parked approval exactly once; an expired row is consumed and reported."""
+        with self._write() as db:
+            row = db.execute(
+                "DELETE FROM pending_approvals WHERE turn_id = ? "
+                "RETURNING chat_id, blob, summary, expires_at",
+                (turn_id,),
+            ).fetchone()
+        if row is None:
+            return Taken("unknown", turn_id)
+        status = "ok" if now < row[3] else "expired"
+        return Taken(status, turn_id, row[0], bytes(row[1]), row[2])
+
+    def has_approval(self, turn_id: str) -> bool:
+        """Whether an approval is parked under ``turn_id`` (without consuming it)."""
+        row = self._db.execute(
+            "SELECT 1 FROM pending_approvals WHERE turn_id = ?", (turn_id,)
+        ).fetchone()
+        return row is not None
+
+    def park_promotion(
+        self,
+        turn_id: str,
+        chat_id: int,
+        name: str,
+        code_hash: str,
+        summary: str,
+        now: float,
+        ttl_s: float,
+    ) -> None:
+        """Park a gated tool until the owner decides whether to promote it."""
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO pending_promotions VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (turn_id, chat_id, name, code_hash, summary, now, now + ttl_s),
+            )
+
+    def take_promotion(self, turn_id: str, now: float) -> Taken:
+        """Consume a parked promotion exactly once; ``blob`` holds "name\\0code_hash"."""
+        with self._write() as db:
+            row = db.execute(
+                "DELETE FROM pending_promotions WHERE turn_id = ? "
+                "RETURNING chat_id, name, code_hash, summary, expires_at",
+                (turn_id,),
+            ).fetchone()
+        if row is None:
+            return Taken("unknown", turn_id)
+        status = "ok" if now < row[4] else "expired"
+        blob = f"{row[1]}\0{row[2]}".encode()
+        return Taken(status, turn_id, row[0], blob, row[3])
+
+    def pending(self) -> list[Pending]:
+        """Every parked approval and promotion, oldest first."""
+        rows = self._db.execute(
+            "SELECT 'approval', turn_id, chat_id, summary, created_at, expires_at "
+            "FROM pending_approvals UNION ALL "
+            "SELECT 'promotion', turn_id, chat_id, summary, created_at, expires_at "
+            "FROM pending_promotions ORDER BY 5"
+        ).fetchall()
+        return [Pending(*r) for r in rows]
+
+    def expire_pending(self, now: float) -> list[Pending]:
+        """Remove and return parked rows whose TTL has passed."""
+        with self._write() as db:
+            approvals = db.execute(
+                "DELETE FROM pending_approvals WHERE expires_at <= ? "
+                "RETURNING turn_id, chat_id, summary, created_at, expires_at",
+                (now,),
+            ).fetchall()
+            promotions = db.execute(
+                "DELETE FROM pending_promotions WHERE expires_at <= ? "
+                "RETURNING turn_id, chat_id, summary, created_at, expires_at",
+                (now,),
+            ).fetchall()
+        return [Pending("approval", *r) for r in approvals] + [
+            Pending("promotion", *r) for r in promotions
+        ]
+
+    # ------------------------------------------------------------ tool health
+
+    def strike(self, name: str, error: str, now: float) -> int:
+        """Debit one strike against a self-coded tool; returns its new strike count."""
+        with self._write() as db:
+            row = db.execute(
+                "INSERT INTO tool_health (name, strikes, last_error, updated_at) "
+                "VALUES (?, 1, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+                "strikes = strikes + 1, last_error = excluded.last_error, "
+                "updated_at = excluded.updated_at RETURNING strikes",
+                (name, error[:2000], now),
+            ).fetchone()
+        return int(row[0])
+
+    def reset_strikes(self, name: str) -> None:
+        """Forget a tool's strikes (on restore)."""
+        with self._write() as db:
+            db.execute("DELETE FROM tool_health WHERE name = ?", (name,))
+
+    def tool_health(self) -> list[ToolHealth]:
+        """Every tool with strikes, most struck first."""
+        rows = self._db.execute(
+            "SELECT name, strikes, last_error FROM tool_health ORDER BY strikes DESC, name"
+        ).fetchall()
+        return [ToolHealth(*r) for r in rows]
+
+    # ------------------------------------------------------------ schedule and budget
+
+    def schedule(self, chat_id: int, due_at: float, prompt: str, now: float) -> int:
+        """Persist a future turn; returns its id."""
+        with self._write() as db:
+            cur = db.execute(
+                "INSERT INTO schedule (chat_id, due_at, prompt, created_at) VALUES (?, ?, ?, ?)",
+                (chat_id, due_at, prompt, now),
+            )
+            return int(cur.lastrowid or 0)
+
+    def take_due(self, now: float, limit: int = 10) -> list[Scheduled]:
+        """Mark due scheduled turns as started and return them (each is returned once)."""
+        with self._write() as db:
+            rows = db.execute(
+                "UPDATE schedule SET started_at = ? WHERE id IN (SELECT id FROM schedule "
+                "WHERE started_at IS NULL AND due_at <= ? ORDER BY due_at LIMIT ?) "
+                "RETURNING id, chat_id, due_at, prompt",
+                (now, now, limit),
+            ).fetchall()
+        return sorted((Scheduled(*r) for r in rows), key=lambda s: s.due_at)
+
+    def next_due(self) -> float | None:
+        """When the next scheduled turn is due, or None."""
+        row = self._db.execute(
+            "SELECT MIN(due_at) FROM schedule WHERE started_at IS NULL"
+        ).fetchone()
+        return None if row[0] is None else float(row[0])
+
+    def spend_budget(self, day: str, weight: int, limit: int) -> bool:
+        """Spend ``weight`` from ``day``'s turn budget if it fits under ``limit``."""
+        with self._write() as db:
+            db.execute("INSERT OR IGNORE INTO budget (day, spent) VALUES (?, 0)", (day,))
+            cur = db.execute(
+                "UPDATE budget SET spent = spent + ? WHERE day = ? AND spent + ? <= ?",
+                (weight, day, weight, limit),
+            )
+            return cur.rowcount == 1
+
+    def budget_spent(self, day: str) -> int:
+        """How much of ``day``'s budget is spent."""
+        row = self._db.execute("SELECT spent FROM budget WHERE day = ?", (day,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    # ------------------------------------------------------------ transport dedup and inbox
+
+    def is_processed(self, update_id: int) -> bool:
+        """Whether a transport update was already handed off."""
+        row = self._db.execute(
+            "SELECT 1 FROM processed_updates WHERE update_id = ?", (update_id,)
+        ).fetchone()
+        return row is not None
+
+    def mark_processed(self, update_id: int, now: float = 0.0) -> None:
+        """Record that an update was handed off (idempotent)."""
+        with self._write() as db:
+            db.execute("INSERT OR IGNORE INTO processed_updates VALUES (?, ?)", (update_id, now))
+
+    def put_inbox(self, blob: bytes, now: float, update_id: int | None = None) -> bool:
+        """Durably hand off an inbound event (and mark its update processed, atomically);
+        False if this update was handed off before."""
+        with self._write() as db:
+            if update_id is not None:
+                cur = db.execute(
+                    "INSERT OR IGNORE INTO processed_updates VALUES (?, ?)", (update_id, now)
+                )
+                if cur.rowcount == 0:
+                    return False
+            db.execute(
+                "INSERT INTO inbox (update_id, blob, created_at) VALUES (?, ?, ?)",
+                (update_id, blob, now),
+            )
+        return True
+
+    def inbox(self, limit: int = 100) -> list[InboxItem]:
+        """Handed-off events not yet taken, oldest first."""
+        rows = self._db.execute(
+            "SELECT id, update_id, blob FROM inbox WHERE taken_at IS NULL ORDER BY id LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [InboxItem(r[0], r[1], bytes(r[2])) for r in rows]
+
+    def take_inbox(self, item_id: int, now: float) -> bool:
+        """Mark an inbox event taken; False if someone took it already."""
+        with self._write() as db:
+            cur = db.execute(
+                "UPDATE inbox SET taken_at = ? WHERE id = ? AND taken_at IS NULL", (now, item_id)
+            )
+            return cur.rowcount == 1
+
+    # ------------------------------------------------------------ audit
+
+    def audit(
+        self,
+        actor: str,
+        action: str,
+        subject: str,
+        detail: dict[str, Any],
+        now: float,
+        *,
+        code_hash: str = "",
+        turn_id: str = "",
+    ) -> None:
+        """Append one entry to the audit log (who decided what, what ran, what moved)."""
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO audit (ts, actor, action, subject, detail, code_hash, turn_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    now,
+                    actor,
+                    action,
+                    subject,
+                    json.dumps(detail, sort_keys=True, default=str),
+                    code_hash,
+                    turn_id,
+                ),
+            )
+
+    def audit_log(self, limit: int = 100) -> list[AuditEntry]:
+        """The newest ``limit`` audit entries, oldest first."""
+        rows = self._db.execute(
+            "SELECT ts, actor, action, subject, detail, code_hash, turn_id FROM audit "
+            "ORDER BY id DESC LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [
+            AuditEntry(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5], r[6]) for r in reversed(rows)
+        ]
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration into statements (triggers contain ';' inside BEGIN…END)."""
+    statements: list[str] = []
+    current = ""
+    for line in script.splitlines(keepends=True):
+        current += line
+        if sqlite3.complete_statement(current):
+            if current.strip():
+                statements.append(current.strip())
+            current = ""
+    if current.strip():
+        statements.append(current.strip())
+    return statements

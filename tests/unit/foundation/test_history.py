@@ -1,0 +1,229 @@
+"""The sqlite store: durable, versioned, consumed exactly once."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from shelldon.core.history import SCHEMA_VERSION, Store, StoreError
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store(tmp_path / "shelldon.db")
+    yield s
+    s.close()
+
+
+def test_new_database_is_wal_full_sync_and_versioned(tmp_path: Path) -> None:
+    with Store(tmp_path / "db") as s:
+        assert s.schema_version == SCHEMA_VERSION
+    db = sqlite3.connect(tmp_path / "db")
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {
+        "messages",
+        "facts",
+        "pending_approvals",
+        "pending_promotions",
+        "tool_health",
+        "schedule",
+        "budget",
+        "processed_updates",
+        "inbox",
+        "audit",
+    } <= tables
+
+
+def test_reopening_does_not_migrate_twice(tmp_path: Path) -> None:
+    with Store(tmp_path / "db") as s:
+        s.remember("likes tea", now=1)
+    with Store(tmp_path / "db") as s:
+        assert s.facts() == ["likes tea"]
+
+
+def test_database_from_a_newer_shelldon_is_refused_clearly(tmp_path: Path) -> None:
+    db = sqlite3.connect(tmp_path / "db")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 5}")
+    db.close()
+    with pytest.raises(StoreError, match="newer than this shelldon"):
+        Store(tmp_path / "db")
+
+
+def test_garbage_file_is_a_store_error(tmp_path: Path) -> None:
+    (tmp_path / "db").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError):
+        Store(tmp_path / "db")
+
+
+def test_approval_is_consumed_exactly_once(store: Store) -> None:
+    store.park_approval("t1", 5, b"blob", "run_shell: ls", now=100, ttl_s=60)
+    assert store.has_approval("t1")
+    first = store.take_approval("t1", now=120)
+    assert (first.status, first.blob, first.chat_id) == ("ok", b"blob", 5)
+    assert store.take_approval("t1", now=121).status == "unknown"
+    assert not store.has_approval("t1")
+
+
+def test_expired_approval_is_reported_expired_and_consumed(store: Store) -> None:
+    store.park_approval("t1", 5, b"blob", "s", now=100, ttl_s=60)
+    assert store.take_approval("t1", now=160).status == "expired"
+    assert store.take_approval("t1", now=161).status == "unknown"
+
+
+def test_expire_pending_sweeps_both_kinds(store: Store) -> None:
+    store.park_approval("a", 1, b"x", "s", now=0, ttl_s=10)
+    store.park_promotion("p", 1, "tool", "hash", "s", now=0, ttl_s=10)
+    store.park_approval("b", 1, b"x", "s", now=0, ttl_s=100)
+    gone = store.expire_pending(now=50)
+    assert sorted((g.kind, g.turn_id) for g in gone) == [("approval", "a"), ("promotion", "p")]
+    assert [p.turn_id for p in store.pending()] == ["b"]
+
+
+def test_promotion_take_returns_name_and_hash(store: Store) -> None:
+    store.park_promotion("t9", 1, "weather", "abc123", "gate passed", now=0, ttl_s=10)
+    taken = store.take_promotion("t9", now=1)
+    assert taken.status == "ok"
+    assert taken.blob == b"weather\0abc123"
+    assert store.take_promotion("t9", now=1).status == "unknown"
+
+
+def _racer(
+    path: str,
+    turn_id: str,
+    barrier: multiprocessing.synchronize.Barrier,
+    results: multiprocessing.queues.Queue,
+) -> None:  # type: ignore[name-defined]
+    s = Store(path)
+    barrier.wait()
+    results.put(s.take_approval(turn_id, now=1).status)
+    s.close()
+
+
+def test_two_racing_readers_consume_an_approval_once(tmp_path: Path) -> None:
+    path = str(tmp_path / "db")
+    with Store(path) as s:
+        for i in range(20):
+            s.park_approval(f"t{i}", 1, b"x", "s", now=0, ttl_s=100)
+    ctx = multiprocessing.get_context("fork")
+    for i in range(20):
+        barrier = ctx.Barrier(2)
+        results = ctx.Queue()
+        procs = [
+            ctx.Process(target=_racer, args=(path, f"t{i}", barrier, results)) for _ in range(2)
+        ]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(10)
+        got = sorted(results.get(timeout=5) for _ in range(2))
+        assert got == ["ok", "unknown"]
+
+
+def test_row_survives_sigkill_right_after_commit(tmp_path: Path) -> None:
+    path = tmp_path / "db"
+    code = textwrap.dedent(f"""
+        import os, signal, sys
+        from shelldon.core.history import Store
+        s = Store({str(path)!r})
+        s.park_approval("t-kill", 3, b"parked-state", "run_shell: ls", now=1, ttl_s=3600)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    with Store(path) as s:
+        taken = s.take_approval("t-kill", now=2)
+    assert (taken.status, taken.blob) == ("ok", b"parked-state")
+
+
+def test_strikes_accumulate_atomically_and_reset(store: Store) -> None:
+    assert [store.strike("weather", f"boom {i}", now=i) for i in range(3)] == [1, 2, 3]
+    health = store.tool_health()
+    assert (health[0].name, health[0].strikes, health[0].last_error) == ("weather", 3, "boom 2")
+    store.reset_strikes("weather")
+    assert store.tool_health() == []
+
+
+def test_scheduled_turn_is_taken_once_when_due(store: Store) -> None:
+    store.schedule(1, due_at=100, prompt="water the plants", now=0)
+    store.schedule(1, due_at=50, prompt="earlier", now=0)
+    assert store.next_due() == 50
+    assert store.take_due(now=10) == []
+    due = store.take_due(now=200)
+    assert [d.prompt for d in due] == ["earlier", "water the plants"]
+    assert store.take_due(now=300) == []
+    assert store.next_due() is None
+
+
+def test_budget_refuses_past_the_limit(store: Store) -> None:
+    assert store.spend_budget("2026-11-29", 2, limit=3)
+    assert not store.spend_budget("2026-11-29", 2, limit=3)
+    assert store.spend_budget("2026-11-29", 1, limit=3)
+    assert store.budget_spent("2026-11-29") == 3
+    assert store.spend_budget("2026-11-30", 3, limit=3)
+
+
+def test_inbox_handoff_is_idempotent_per_update(store: Store) -> None:
+    assert store.put_inbox(b"m1", now=1, update_id=10)
+    assert not store.put_inbox(b"m1-again", now=2, update_id=10)
+    assert store.is_processed(10)
+    assert store.put_inbox(b"scheduled", now=3)
+    items = store.inbox()
+    assert [i.blob for i in items] == [b"m1", b"scheduled"]
+    assert store.take_inbox(items[0].id, now=4)
+    assert not store.take_inbox(items[0].id, now=5)
+    assert [i.blob for i in store.inbox()] == [b"scheduled"]
+
+
+def test_conversation_window_is_oldest_first(store: Store) -> None:
+    for i in range(5):
+        store.append_message(7, "user", f"m{i}", now=i)
+    store.append_message(8, "user", "other chat", now=9)
+    assert [m.content for m in store.recent_messages(7, limit=3)] == ["m2", "m3", "m4"]
+
+
+def test_audit_log_is_append_only(store: Store, tmp_path: Path) -> None:
+    store.audit("approval", "approved", "run_shell", {"command": "ls -la"}, now=1, turn_id="t1")
+    store.audit("selfcode", "promoted", "weather", {}, now=2, code_hash="ab12")
+    entries = store.audit_log()
+    assert [(e.action, e.subject) for e in entries] == [
+        ("approved", "run_shell"),
+        ("promoted", "weather"),
+    ]
+    assert entries[0].detail == {"command": "ls -la"}
+    assert entries[1].code_hash == "ab12"
+    db = sqlite3.connect(tmp_path / "shelldon.db")
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        db.execute("DELETE FROM audit")
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        db.execute("UPDATE audit SET action = 'nothing'")
+
+
+def test_concurrent_writers_from_processes_all_land(tmp_path: Path) -> None:
+    path = str(tmp_path / "db")
+    Store(path).close()
+    pids = []
+    for w in range(4):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                s = Store(path)
+                for i in range(25):
+                    s.append_message(1, "user", f"{w}-{i}", now=i)
+                s.close()
+            finally:
+                os._exit(0)
+        pids.append(pid)
+    for pid in pids:
+        assert os.waitpid(pid, 0)[1] == 0
+    with Store(path) as s:
+        assert len(s.recent_messages(1, limit=1000)) == 100
