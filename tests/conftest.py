@@ -22,3 +22,10 @@ def home(tmp_path: Path) -> Path:
 def settings(home: Path) -> Settings:
     """Default settings rooted at the test's home (no config file, no environment)."""
     return load_settings(environ={"SHELLDON_HOME": str(home)})
+
+
+# Loaded CI machines make wall-clock deadlines flaky; hypothesis still bounds examples.
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("shelldon", deadline=None)
+_hypothesis_settings.load_profile("shelldon")

@@ -1,0 +1,231 @@
+"""What the owner sees and taps to decide: approval texts, the ✅/❌ keyboard, its callback data.
+
+A RISKY call's message shows the tool and exactly what will run (command, URL, path; long
+content as a preview); a promotion's shows the new tool's code, its test and the gate summary.
+Values too long for one message travel as documents sent before it, so the message that
+carries the keyboard always fits in one piece and can be edited when the owner decides.
+
+Callback data is ``<a|d>:<turn id>:<mac>``, at most 64 bytes; the MAC (keyed by a secret the
+transport derives from the bot token) makes a forged or altered tap a ``InvalidCallback``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from shelldon.contracts import ToolCall
+from shelldon.transport.render import MAX_MESSAGE_CHARS, bold, code, escape, pre, reveal, utf16_len
+
+MAX_CALLBACK_BYTES = 64
+"""Telegram's limit on an inline button's callback_data."""
+
+TURN_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,40}")
+"""Turn ids that fit in callback data (uuid4().hex is 32 characters)."""
+
+_MAC_CHARS = 16  # 96 bits of HMAC-SHA256, base64url
+_CALLBACK = re.compile(r"([ad]):([A-Za-z0-9_-]{1,40}):([A-Za-z0-9_-]{16})")
+_PREVIEW_CHARS = 600
+_EXACT_CHARS = 2500  # past this an exact value goes into a document instead of the message
+_GATE_TAIL_CHARS = 1200
+_DESCRIPTION_CHARS = 500
+# Argument names whose values are bulk data (previewed); every other value is shown whole.
+_BULK_ARGS = frozenset(
+    {"content", "contents", "data", "body", "text", "code", "input", "stdin", "patch", "payload"}
+)
+
+
+# ---------------------------------------------------------------- callback data
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackChoice:
+    """A valid tap: approve or deny the approval parked under ``turn_id``."""
+
+    turn_id: str
+    approved: bool
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidCallback:
+    """Callback data that is not one of our buttons (forged, altered, oversized, not UTF-8)."""
+
+    reason: str
+
+
+def callback_key(token: str) -> bytes:
+    """The MAC key for callback data, derived from the bot token (stable across restarts)."""
+    return hmac.new(token.encode(), b"shelldon approval keyboard v1", hashlib.sha256).digest()
+
+
+def _mac(key: bytes, verdict: str, turn_id: str) -> str:
+    digest = hmac.new(key, f"{verdict}:{turn_id}".encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).decode()[:_MAC_CHARS]
+
+
+def approval_callback_data(turn_id: str, approved: bool, key: bytes) -> str:
+    """The callback_data of the Approve (or Deny) button for ``turn_id``."""
+    if not TURN_ID_PATTERN.fullmatch(turn_id):
+        raise ValueError(f"turn id {turn_id!r} does not fit callback data ([A-Za-z0-9_-]{{1,40}})")
+    verdict = "a" if approved else "d"
+    return f"{verdict}:{turn_id}:{_mac(key, verdict, turn_id)}"
+
+
+def parse_callback_data(data: object, key: bytes) -> CallbackChoice | InvalidCallback:
+    """Read a tap's callback_data; anything but an intact button of ours is ``InvalidCallback``."""
+    if not isinstance(data, str):
+        return InvalidCallback(f"callback data is {type(data).__name__}, not text")
+    try:
+        raw = data.encode("utf-8")
+    except UnicodeEncodeError:
+        return InvalidCallback("callback data is not valid UTF-8")
+    if len(raw) > MAX_CALLBACK_BYTES:
+        return InvalidCallback(f"callback data is {len(raw)} bytes, over {MAX_CALLBACK_BYTES}")
+    match = _CALLBACK.fullmatch(data)
+    if match is None:
+        return InvalidCallback("callback data is not an approval button")
+    verdict, turn_id, mac = match.groups()
+    if not hmac.compare_digest(mac, _mac(key, verdict, turn_id)):
+        return InvalidCallback("callback data failed its integrity check (forged or altered)")
+    return CallbackChoice(turn_id=turn_id, approved=verdict == "a")
+
+
+def approval_keyboard(turn_id: str, key: bytes) -> dict[str, Any]:
+    """The ✅ Approve / ❌ Deny inline keyboard (a reply_markup) for ``turn_id``."""
+    return {
+        "inline_keyboard": [
+            [
+                {"text": "✅ Approve", "callback_data": approval_callback_data(turn_id, True, key)},
+                {"text": "❌ Deny", "callback_data": approval_callback_data(turn_id, False, key)},
+            ]
+        ]
+    }
+
+
+# ---------------------------------------------------------------- approval views
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A file to send before the approval message (a value too long to show inline)."""
+
+    filename: str
+    content: bytes
+    caption: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalView:
+    """An approval to show: documents first, then ``text`` (≤ 4096) with the keyboard."""
+
+    text: str
+    documents: tuple[Document, ...] = ()
+
+
+def _preview(value: str, limit: int = _PREVIEW_CHARS) -> tuple[str, str]:
+    """The first ``limit`` characters of ``value`` and a note of how much was left out."""
+    if len(value) <= limit:
+        return value, ""
+    return value[:limit], f" (first {limit} of {len(value)} characters)"
+
+
+def _tail_within(text: str, budget: int) -> str:
+    """The longest tail of ``text`` whose escaped form fits ``budget`` UTF-16 units."""
+    start = max(0, len(text) - budget)
+    while start < len(text) and utf16_len(escape(text[start:])) > budget:
+        start += max(1, (utf16_len(escape(text[start:])) - budget) // 5)
+    return text[start:]
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, indent=1, sort_keys=True, default=repr)
+
+
+def _safe_filename(name: str, suffix: str) -> str:
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:40] or "value"
+    return f"{stem}{suffix}"
+
+
+def render_risky_approval(call: ToolCall, summary: str = "") -> ApprovalView:
+    """The approval message for a parked RISKY call: the tool and exactly what it will do."""
+    lines = [f"🔐 {bold('Approve a RISKY call?')}", f"Tool: {code(reveal(call.name))}"]
+    if summary:
+        lines.append(f"<i>{escape(reveal(summary[:_DESCRIPTION_CHARS]))}</i>")
+    documents: list[Document] = []
+    for name, value in call.args.items():
+        text = reveal(_as_text(value))
+        label = bold(reveal(str(name)))
+        if str(name).lower() in _BULK_ARGS:
+            shown, note = _preview(text)
+            lines.append(f"{label}{escape(note)}\n{pre(shown)}")
+        elif len(text) <= _EXACT_CHARS:
+            lines.append(f"{label}\n{pre(text)}")
+        else:
+            filename = _safe_filename(str(name), ".txt")
+            documents.append(Document(filename, _as_text(value).encode("utf-8", "replace")))
+            shown, note = _preview(text)
+            lines.append(f"{label}{escape(note)}, in full in {code(filename)} above\n{pre(shown)}")
+    if not call.args:
+        lines.append("<i>(no arguments)</i>")
+    text = "\n".join(lines)
+    if utf16_len(text) > MAX_MESSAGE_CHARS:
+        # Many medium arguments together: send them all as one document and name them here.
+        everything = json.dumps(call.args, ensure_ascii=False, indent=1, default=repr)
+        documents = [Document("arguments.json", everything.encode("utf-8", "replace"))]
+        text = "\n".join(
+            [
+                f"🔐 {bold('Approve a RISKY call?')}",
+                f"Tool: {code(reveal(call.name))}",
+                f"Its {len(call.args)} arguments are in full in {code('arguments.json')} above.",
+            ]
+        )
+    return ApprovalView(text=text, documents=tuple(documents))
+
+
+def render_promotion(
+    name: str, description: str, tool_code: str, test_code: str, gate_summary: str
+) -> ApprovalView:
+    """The approval message for promoting a gated tool: name, description, code, test, gate."""
+    head = [
+        f"🧩 {bold('I wrote a tool and it passed its test. Add it?')}",
+        f"Name: {code(reveal(name[:64]))}",
+    ]
+    shown = reveal(description)
+    if utf16_len(escape(shown)) > _DESCRIPTION_CHARS:
+        shown = _tail_within(shown[::-1], _DESCRIPTION_CHARS - 1)[::-1] + "…"
+    head.append(f"<i>{escape(shown)}</i>")
+    whole_gate = reveal(gate_summary)
+    gate = _tail_within(whole_gate, _GATE_TAIL_CHARS)
+    gate_note = "" if len(gate) == len(whole_gate) else " (last lines)"
+    tail = [f"{bold('Gate')}{escape(gate_note)}\n{pre(gate)}"]
+    inline = [
+        f"{bold('Code')}\n{pre(reveal(tool_code))}",
+        f"{bold('Test')}\n{pre(reveal(test_code))}",
+    ]
+    text = "\n".join(head + inline + tail)
+    if utf16_len(text) <= MAX_MESSAGE_CHARS:
+        return ApprovalView(text=text)
+    stem = _safe_filename(name[:40], "")
+    documents = (
+        Document(f"{stem}.py", tool_code.encode("utf-8", "replace"), "the tool's code"),
+        Document(f"test_{stem}.py", test_code.encode("utf-8", "replace"), "its test"),
+    )
+    attached = (
+        f"The code ({tool_code.count(chr(10)) + 1} lines) and its test "
+        f"({test_code.count(chr(10)) + 1} lines) are attached above as "
+        f"{code(documents[0].filename)} and {code(documents[1].filename)}."
+    )
+    return ApprovalView(text="\n".join([*head, attached, *tail]), documents=documents)
+
+
+def render_decided(approved: bool, detail: str = "") -> str:
+    """The text an approval message is edited to once decided (its keyboard is dropped)."""
+    outcome = "✅ Approved" if approved else "❌ Denied"
+    return f"{bold(outcome)}\n{escape(detail)}" if detail else bold(outcome)

@@ -1,0 +1,117 @@
+"""The outbox: every message to the owner goes out in order, paced, flood control honoured.
+
+Telegram asks bots to send about one message per second to a chat (short bursts pass) and
+answers 429 with ``retry_after`` when they do not; ``BotApi`` waits that out for every call,
+and the outbox spaces consecutive sends to one chat and keeps the chunks of a reply in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import structlog
+
+from shelldon.transport.approvals import ApprovalView
+from shelldon.transport.render import split_message
+from shelldon.transport.telegram import BotApi, Clock, Sleep, TelegramError
+
+log = structlog.get_logger(__name__)
+
+TYPING_REFRESH_S = 4.5
+"""Telegram shows a chat action for about five seconds; refresh it a little sooner."""
+
+
+class Outbox:
+    """Sends texts, documents and edits one at a time, ``min_interval_s`` apart per chat."""
+
+    def __init__(
+        self,
+        api: BotApi,
+        *,
+        min_interval_s: float = 0.5,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self._api = api
+        self._interval = min_interval_s
+        self._clock = clock
+        self._sleep = sleep
+        self._lock = asyncio.Lock()  # FIFO: chunks and replies leave in the order queued
+        self._last_sent: dict[int, float] = {}
+
+    async def _pace(self, chat_id: int) -> None:
+        last = self._last_sent.get(chat_id)
+        if last is not None:
+            wait = last + self._interval - self._clock()
+            if wait > 0:
+                await self._sleep(wait)
+
+    def _sent(self, chat_id: int) -> None:
+        self._last_sent[chat_id] = self._clock()
+
+    async def send_text(
+        self, chat_id: int, text: str, *, reply_markup: Mapping[str, Any] | None = None
+    ) -> tuple[int, ...]:
+        """Send HTML ``text``, split into valid chunks; ``reply_markup`` rides the last chunk.
+
+        Returns the sent message ids; an empty text sends nothing (Telegram refuses it).
+        """
+        chunks = split_message(text)
+        if not chunks:
+            log.warning("telegram.empty_reply_not_sent", chat_id=chat_id)
+            return ()
+        ids = []
+        async with self._lock:
+            for i, chunk in enumerate(chunks):
+                await self._pace(chat_id)
+                markup = reply_markup if i == len(chunks) - 1 else None
+                ids.append(await self._api.send_message(chat_id, chunk, reply_markup=markup))
+                self._sent(chat_id)
+        return tuple(ids)
+
+    async def send_approval(
+        self, chat_id: int, view: ApprovalView, reply_markup: Mapping[str, Any]
+    ) -> int:
+        """Send an approval: its documents, then its text with the keyboard; returns that id."""
+        async with self._lock:
+            for document in view.documents:
+                await self._pace(chat_id)
+                await self._api.send_document(
+                    chat_id, document.filename, document.content, caption=document.caption or None
+                )
+                self._sent(chat_id)
+            await self._pace(chat_id)
+            message_id = await self._api.send_message(chat_id, view.text, reply_markup=reply_markup)
+            self._sent(chat_id)
+        return message_id
+
+    async def edit(self, chat_id: int, message_id: int, text: str) -> None:
+        """Replace a message's text (dropping its keyboard), e.g. once an approval is decided."""
+        async with self._lock:
+            await self._pace(chat_id)
+            await self._api.edit_message_text(chat_id, message_id, text)
+            self._sent(chat_id)
+
+    @contextlib.asynccontextmanager
+    async def typing(self, chat_id: int) -> AsyncIterator[None]:
+        """Show "typing..." in the chat for as long as the block runs (a turn)."""
+        task = asyncio.create_task(self._keep_typing(chat_id))
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _keep_typing(self, chat_id: int) -> None:
+        while True:
+            try:
+                await self._api.send_chat_action(chat_id, "typing")
+            except TelegramError as exc:
+                # A missing typing hint is cosmetic; fatal errors surface on the next poll.
+                log.info("telegram.typing_failed", chat_id=chat_id, error=str(exc))
+            await asyncio.sleep(TYPING_REFRESH_S)

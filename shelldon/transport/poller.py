@@ -1,0 +1,180 @@
+"""The long-poll loop: every update is handed off durably, recorded, then confirmed.
+
+For each update, in order: skip it if the ledger has it; else ``await handoff(event)``, which
+returns only once the event is durably stored; then ``ledger.mark_processed(update_id)``; and
+only then does the next getUpdates offset move past it (the offset is what confirms updates to
+Telegram). A crash anywhere before ``mark_processed`` re-delivers the update on restart; the
+ledger (and ``InboundMessage.update_id``, for a crash between handoff and mark) keep it from
+being processed twice. Every callback query is answered, so no client spinner hangs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+import structlog
+
+from shelldon.contracts import Decision, InboundMessage
+from shelldon.transport.telegram import BadRequest, BotApi, RetryPolicy, Sleep, TelegramError
+from shelldon.transport.updates import Rejected, UpdateRules, parse_update, update_id_of
+
+log = structlog.get_logger(__name__)
+
+OWNER_COMMANDS: tuple[tuple[str, str], ...] = (
+    ("start", "Say hello and see what I can do"),
+    ("help", "How to talk to me, and what needs your tap"),
+    ("tools", "My tools: live, staged, quarantined, with strikes"),
+    ("pending", "Approvals and promotions waiting for you, with their age"),
+    ("budget", "Turns left today"),
+    ("restore", "Bring back a quarantined tool: /restore NAME"),
+)
+"""The command menu registered with setMyCommands at start."""
+
+INVALID_BUTTON_NOTICE = "That button is not valid any more."
+
+
+class Ledger(Protocol):
+    """Durable record of the update ids already handed off (the lead's sqlite store)."""
+
+    def is_processed(self, update_id: int) -> bool:
+        """Whether ``update_id`` was already handed off and recorded."""
+        ...
+
+    def mark_processed(self, update_id: int) -> None:
+        """Record ``update_id`` as handed off (durably, before it is confirmed to Telegram)."""
+        ...
+
+
+Handoff = Callable[[InboundMessage | Decision], Awaitable[str | None]]
+"""Stores an event durably and returns; for a Decision its result is the tap's notice text."""
+
+
+class Poller:
+    """Polls getUpdates and hands each update off exactly once; cancel ``run`` to stop."""
+
+    def __init__(
+        self,
+        api: BotApi,
+        rules: UpdateRules,
+        ledger: Ledger,
+        handoff: Handoff,
+        *,
+        poll_timeout_s: int = 30,  # Telegram long polls; >= 25 in production, short in tests
+        commands: Sequence[tuple[str, str]] = OWNER_COMMANDS,
+        retry: RetryPolicy | None = None,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self._api = api
+        self._rules = rules
+        self._ledger = ledger
+        self._handoff = handoff
+        self._poll_timeout_s = poll_timeout_s
+        self._commands = tuple(commands)
+        self._retry = retry or RetryPolicy()
+        self._sleep = sleep
+        self._offset: int | None = None
+
+    @property
+    def offset(self) -> int | None:
+        """The next getUpdates offset: one past the last update taken (None before any)."""
+        return self._offset
+
+    async def start(self) -> None:
+        """Register the owner's command menu."""
+        await self._api.set_my_commands(self._commands)
+
+    async def run(self) -> None:
+        """Register commands, then poll until cancelled or a fatal error (which is raised).
+
+        Transient failures (network, 5xx, flood control past the client's retries) are logged
+        and waited out with growing backoff: the pet keeps polling through an outage, and
+        registers its commands once Telegram is reachable. A fatal ``TelegramError`` (already
+        logged once as ``telegram.fatal``) is raised for the caller to exit with its
+        ``exit_status``; an exception from the handoff or the ledger is raised too, and the
+        update it concerned stays unconfirmed, so a restart sees it again.
+        """
+        commands_pending = True
+        failures = 0
+        while True:
+            try:
+                if commands_pending:
+                    commands_pending = not await self._register_commands()
+                await self.poll_once()
+                failures = 0
+            except TelegramError as exc:
+                if exc.fatal:
+                    raise
+                delay = self._retry.backoff(min(failures, 16))
+                failures += 1
+                log.warning("telegram.poll_failed", error=str(exc), delay_s=round(delay, 3))
+                await self._sleep(delay)
+
+    async def _register_commands(self) -> bool:
+        """Try to register the command menu; True when done (or when retrying cannot help)."""
+        try:
+            await self.start()
+        except BadRequest as exc:
+            log.error("telegram.commands_refused", error=str(exc))
+            return True
+        except TelegramError as exc:
+            if exc.fatal:
+                raise
+            log.warning("telegram.commands_not_registered_yet", error=str(exc))
+            return False
+        return True
+
+    async def poll_once(self) -> int:
+        """One getUpdates round: take every update it returns, in order; return how many."""
+        updates = await self._api.get_updates(self._offset, self._poll_timeout_s)
+        for raw in updates:
+            update_id = update_id_of(raw)
+            if update_id is None:
+                log.warning("telegram.update_without_id_dropped")
+                continue
+            if self._offset is not None and update_id < self._offset:
+                continue
+            await self._take(update_id, raw)
+            self._offset = update_id + 1
+        return len(updates)
+
+    async def _take(self, update_id: int, raw: object) -> None:
+        parsed = parse_update(raw, self._rules)
+        if self._ledger.is_processed(update_id):
+            log.info("telegram.duplicate_update_skipped", update_id=update_id)
+            # The crash that re-delivered it may have come before the tap was answered.
+            await self._answer(_callback_id(parsed), None)
+            return
+        if isinstance(parsed, Rejected):
+            log.warning(
+                "telegram.update_dropped",
+                update_id=update_id,
+                user_id=parsed.user_id,
+                reason=parsed.reason,
+            )
+            self._ledger.mark_processed(update_id)
+            notice = INVALID_BUTTON_NOTICE if parsed.from_owner else None
+            await self._answer(parsed.callback_id, notice)
+            return
+        notice = await self._handoff(parsed)
+        self._ledger.mark_processed(update_id)
+        if isinstance(parsed, Decision):
+            await self._answer(parsed.callback_id, notice)
+
+    async def _answer(self, callback_id: str, text: str | None) -> None:
+        if not callback_id:
+            return
+        try:
+            await self._api.answer_callback_query(callback_id, text)
+        except TelegramError as exc:
+            if exc.fatal:
+                raise
+            # An old or doubly answered query: the spinner is gone either way.
+            log.info("telegram.answer_failed", error=str(exc))
+
+
+def _callback_id(parsed: InboundMessage | Decision | Rejected) -> str:
+    if isinstance(parsed, Decision | Rejected):
+        return parsed.callback_id
+    return ""

@@ -1,0 +1,502 @@
+"""Telegram Bot API client over one aiohttp session: ``await api.call(method, **params)``.
+
+Everything this module raises is a ``TelegramError``. Foreign aiohttp/asyncio errors are
+translated in one place (``translate_error``), Bot API replies in another (``interpret_reply``)::
+
+    TelegramError                 base; ``fatal`` says the caller must stop, ``exit_status`` how
+    ├── NetworkError              refused / reset / dropped connection, timeout, cut body: retried
+    ├── ServerError               5xx, or a reply that is not Bot API JSON: retried
+    ├── RetryAfter(retry_after)   429 flood control: every call waits ``retry_after`` seconds
+    ├── BadRequest(description)   400 (and other 4xx): the request is wrong; never retried
+    ├── Forbidden(description)    403: e.g. the owner blocked the bot; never retried
+    ├── Unauthorized              401/404: the bot token is wrong               (fatal, exit 78)
+    ├── Conflict                  409: another instance polls, or a webhook is set (fatal, exit 75)
+    └── InvalidEndpoint           telegram.api_base is not a usable URL          (fatal, exit 78)
+
+The bot token travels only in request URLs. aiohttp errors can carry the URL, so every text
+that leaves this module is scrubbed, foreign exceptions are raised ``from None``, and no log
+line names a URL. A fatal error is logged once here (``telegram.fatal``); the caller exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, ClassVar
+
+import aiohttp
+import structlog
+
+from shelldon.transport.render import to_plain
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_API_BASE = "https://api.telegram.org"
+ALLOWED_UPDATES = ("message", "callback_query")
+
+_TOKEN_SHAPE = re.compile(r"^[0-9]{1,20}:[A-Za-z0-9_-]{1,200}$")
+# A second line of defence for texts that never saw the exact token (foreign messages).
+_TOKEN_LIKE = re.compile(r"[0-9]{5,20}:[A-Za-z0-9_-]{20,}")
+_PARSE_ERROR = "can't parse entities"
+_NOT_MODIFIED = "message is not modified"
+
+Sleep = Callable[[float], Awaitable[None]]
+Clock = Callable[[], float]
+
+
+# ---------------------------------------------------------------- errors
+
+
+def scrub(text: str, token: str = "") -> str:
+    """``text`` with the bot token (exact, and anything shaped like one) replaced."""
+    if token:
+        text = text.replace(token, "<token>")
+    return _TOKEN_LIKE.sub("<token>", text)
+
+
+class TelegramError(Exception):
+    """A Bot API call failed; ``fatal`` errors mean this process must stop polling."""
+
+    fatal: ClassVar[bool] = False
+    exit_status: ClassVar[int] = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(scrub(message))
+
+
+class NetworkError(TelegramError):
+    """The request did not complete: connection refused, reset or dropped, or a timeout."""
+
+
+class ServerError(TelegramError):
+    """Telegram (or a proxy before it) failed: a 5xx, or a reply that is not Bot API JSON."""
+
+
+class RetryAfter(TelegramError):
+    """Flood control (429): wait ``retry_after`` seconds before the next call."""
+
+    def __init__(self, retry_after: float, message: str = "") -> None:
+        super().__init__(message or f"flood control: retry after {retry_after:g} s")
+        self.retry_after = retry_after
+
+
+class BadRequest(TelegramError):
+    """The Bot API refused the request as malformed; ``description`` is Telegram's reason."""
+
+    def __init__(self, description: str) -> None:
+        super().__init__(description)
+        self.description = scrub(description)
+
+
+class Forbidden(BadRequest):
+    """The bot may not act in that chat (403), e.g. the owner blocked it."""
+
+
+class Unauthorized(TelegramError):
+    """The bot token was refused (401/404): fix the telegram_token secret and restart."""
+
+    fatal = True
+    exit_status = 78  # EX_CONFIG: systemd's RestartPreventExitStatus=78 stops a restart loop
+
+
+class Conflict(TelegramError):
+    """Another instance is polling with this token, or a webhook is set (409)."""
+
+    fatal = True
+    exit_status = 75  # EX_TEMPFAIL
+
+
+class InvalidEndpoint(TelegramError):
+    """``telegram.api_base`` (or the token's shape) cannot form a request URL."""
+
+    fatal = True
+    exit_status = 78
+
+
+def _safe_text(exc: BaseException) -> str:
+    # Foreign __str__ may depend on attributes a half-built exception lacks.
+    try:
+        text = str(exc)
+    except Exception:
+        text = ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# Most specific first: the first isinstance match wins. tests/unit/transport pins that every
+# exception class aiohttp exports appears here, so an aiohttp upgrade forces a decision.
+_TRANSLATIONS: tuple[tuple[type[BaseException], type[TelegramError]], ...] = (
+    (aiohttp.InvalidUrlRedirectClientError, ServerError),
+    (aiohttp.NonHttpUrlRedirectClientError, ServerError),
+    (aiohttp.InvalidUrlClientError, InvalidEndpoint),
+    (aiohttp.NonHttpUrlClientError, InvalidEndpoint),
+    (aiohttp.InvalidURL, InvalidEndpoint),
+    (aiohttp.RedirectClientError, ServerError),
+    (aiohttp.TooManyRedirects, ServerError),
+    (aiohttp.ContentTypeError, ServerError),
+    (aiohttp.ClientHttpProxyError, NetworkError),
+    (aiohttp.WSServerHandshakeError, ServerError),
+    (aiohttp.ClientResponseError, ServerError),
+    (aiohttp.ClientConnectorCertificateError, NetworkError),
+    (aiohttp.ClientConnectorSSLError, NetworkError),
+    (aiohttp.ClientSSLError, NetworkError),
+    (aiohttp.ClientConnectorDNSError, NetworkError),
+    (aiohttp.ClientProxyConnectionError, NetworkError),
+    (aiohttp.ClientConnectorError, NetworkError),
+    (aiohttp.ClientConnectionResetError, NetworkError),
+    (aiohttp.ClientOSError, NetworkError),
+    (aiohttp.ConnectionTimeoutError, NetworkError),
+    (aiohttp.SocketTimeoutError, NetworkError),
+    (aiohttp.ServerTimeoutError, NetworkError),
+    (aiohttp.ServerDisconnectedError, NetworkError),
+    (aiohttp.ServerFingerprintMismatch, NetworkError),
+    (aiohttp.ServerConnectionError, NetworkError),
+    (aiohttp.ClientConnectionError, NetworkError),
+    (aiohttp.ClientPayloadError, NetworkError),
+    (aiohttp.UploadAbortedError, NetworkError),
+    (aiohttp.ClientError, NetworkError),
+    (TimeoutError, NetworkError),  # asyncio.TimeoutError is this class since 3.11
+    (OSError, NetworkError),
+)
+
+FOREIGN_ERRORS: tuple[type[BaseException], ...] = tuple(cls for cls, _ in _TRANSLATIONS)
+"""The foreign exception classes ``call`` catches and translates; anything else is a bug."""
+
+
+def translate_error(exc: BaseException, token: str = "") -> TelegramError:
+    """The ``TelegramError`` for a foreign aiohttp/asyncio/OS error, its text scrubbed."""
+    for foreign, ours in _TRANSLATIONS:
+        if isinstance(exc, foreign):
+            text = scrub(_safe_text(exc), token)
+            if ours is InvalidEndpoint:
+                text += " (check telegram.api_base)"
+            return ours(text)
+    return TelegramError(scrub(_safe_text(exc), token))
+
+
+def error_for(status: int, description: str, retry_after: float | None = None) -> TelegramError:
+    """The ``TelegramError`` for a failed Bot API reply with this status and description."""
+    if retry_after is not None or status == 429:
+        return RetryAfter(retry_after if retry_after is not None else 1.0, description)
+    if status in (401, 404):
+        return Unauthorized(f"{description} (HTTP {status}): check the telegram_token secret")
+    if status == 403:
+        return Forbidden(description)
+    if status == 409:
+        return Conflict(
+            f"{description}: another instance is polling with this bot token, or a webhook is"
+            " set; stop the other instance (or deleteWebhook) and start again"
+        )
+    if 400 <= status < 500:
+        return BadRequest(description)
+    return ServerError(f"{description} (HTTP {status})")
+
+
+def interpret_reply(status: int, body: bytes) -> Any:
+    """The ``result`` of a Bot API reply, or raise the ``TelegramError`` it describes."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict):
+        if 200 <= status < 300:
+            raise ServerError(f"HTTP {status} reply is not Bot API JSON")
+        raise error_for(status, f"HTTP {status}")
+    if payload.get("ok") is True:
+        return payload.get("result")
+    code = payload.get("error_code")
+    if type(code) is not int:
+        code = status if status >= 400 else 500
+    description = payload.get("description")
+    if not isinstance(description, str) or not description:
+        description = f"HTTP {code}"
+    retry_after: float | None = None
+    parameters = payload.get("parameters")
+    if isinstance(parameters, dict):
+        raw = parameters.get("retry_after")
+        if isinstance(raw, int | float) and not isinstance(raw, bool) and raw >= 0:
+            retry_after = float(raw)
+    raise error_for(code, description, retry_after)
+
+
+# ---------------------------------------------------------------- client
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often a call is tried, and how long to back off between tries (seconds)."""
+
+    attempts: int = 5
+    base_delay: float = 0.5
+    max_delay: float = 30.0
+    max_retry_after: float = 300.0
+
+    def backoff(self, attempt: int) -> float:
+        """Exponential backoff with jitter for retry number ``attempt`` (0-based)."""
+        ceiling = min(self.max_delay, self.base_delay * 2.0**attempt)
+        # Half fixed, half random: spreads restarts without ever retrying instantly.
+        return ceiling / 2 + random.uniform(0, ceiling / 2)  # noqa: S311 - jitter, not crypto
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """A file to send as multipart form data."""
+
+    filename: str
+    content: bytes
+
+
+class BotApi:
+    """The Bot API over one aiohttp session; retries, flood control and token hygiene inside."""
+
+    def __init__(
+        self,
+        token: str,
+        *,
+        api_base: str = DEFAULT_API_BASE,
+        retry: RetryPolicy | None = None,
+        request_timeout_s: float = 30.0,
+        sleep: Sleep = asyncio.sleep,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        if not _TOKEN_SHAPE.match(token):
+            raise InvalidEndpoint(
+                "the bot token does not look like <digits>:<letters>; check telegram_token"
+            )
+        if not api_base.startswith(("http://", "https://")):
+            raise InvalidEndpoint(f"api_base {api_base!r} must start with http:// or https://")
+        self._token = token
+        self._base = api_base.rstrip("/")
+        self._retry = retry or RetryPolicy()
+        self._timeout_s = request_timeout_s
+        self._sleep = sleep
+        self._clock = clock
+        self._session: aiohttp.ClientSession | None = None
+        self._not_before = 0.0
+
+    def __repr__(self) -> str:
+        return f"BotApi(api_base={self._base!r})"
+
+    async def __aenter__(self) -> BotApi:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the HTTP session (idempotent)."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    async def _wait_for_flood_control(self) -> None:
+        delay = self._not_before - self._clock()
+        if delay > 0:
+            await self._sleep(delay)
+
+    async def call(
+        self,
+        method: str,
+        /,
+        *,
+        timeout_s: float | None = None,
+        upload: tuple[str, Upload] | None = None,
+        **params: Any,
+    ) -> Any:
+        """Call ``method`` with ``params`` (None values dropped); return its ``result``.
+
+        5xx and network failures are retried with backoff and jitter, a 429 waits its
+        ``retry_after`` (and so does every other call meanwhile); other errors raise at once.
+        """
+        params = {k: v for k, v in params.items() if v is not None}
+        attempt = 0
+        while True:
+            await self._wait_for_flood_control()
+            try:
+                return await self._request(method, params, upload, timeout_s)
+            except RetryAfter as exc:
+                wait = exc.retry_after
+                if wait > self._retry.max_retry_after or attempt + 1 >= self._retry.attempts:
+                    log.warning("telegram.flood_control_gave_up", method=method, retry_after=wait)
+                    raise
+                self._not_before = max(self._not_before, self._clock() + wait)
+                log.warning("telegram.flood_control", method=method, retry_after=wait)
+            except (NetworkError, ServerError) as exc:
+                if attempt + 1 >= self._retry.attempts:
+                    log.warning("telegram.gave_up", method=method, error=str(exc))
+                    raise
+                delay = self._retry.backoff(attempt)
+                log.info("telegram.retry", method=method, error=str(exc), delay_s=round(delay, 3))
+                await self._sleep(delay)
+            except TelegramError as exc:
+                if exc.fatal:
+                    log.error(
+                        "telegram.fatal",
+                        method=method,
+                        kind=type(exc).__name__,
+                        error=str(exc),
+                        exit_status=exc.exit_status,
+                    )
+                raise
+            attempt += 1
+
+    async def _request(
+        self,
+        method: str,
+        params: Mapping[str, Any],
+        upload: tuple[str, Upload] | None,
+        timeout_s: float | None,
+    ) -> Any:
+        # The URL (it holds the token) is never bound to a local: no traceback shows it.
+        timeout = aiohttp.ClientTimeout(total=timeout_s or self._timeout_s)
+        failure: TelegramError | None = None
+        try:
+            if upload is None:
+                request = self._http().post(self._url(method), json=params, timeout=timeout)
+            else:
+                form = aiohttp.FormData()
+                for key, value in params.items():
+                    form.add_field(key, value if isinstance(value, str) else json.dumps(value))
+                field, file = upload
+                form.add_field(field, file.content, filename=file.filename)
+                request = self._http().post(self._url(method), data=form, timeout=timeout)
+            async with request as response:
+                status = response.status
+                body = await response.read()
+        except FOREIGN_ERRORS as exc:
+            failure = translate_error(exc, self._token)
+        if failure is not None:
+            # Raised outside the handler, so it carries no __context__ naming the URL.
+            raise failure
+        return interpret_reply(status, body)
+
+    def _url(self, method: str) -> str:
+        return f"{self._base}/bot{self._token}/{method}"
+
+    # ------------------------------------------------------------ methods
+
+    async def get_me(self) -> dict[str, Any]:
+        """The bot's own user; a cheap start-up check of the token."""
+        result = await self.call("getMe")
+        if not isinstance(result, dict):
+            raise ServerError("getMe returned no user")
+        return result
+
+    async def get_updates(
+        self,
+        offset: int | None,
+        timeout_s: int,
+        *,
+        allowed_updates: Sequence[str] = ALLOWED_UPDATES,
+        limit: int = 100,
+    ) -> list[Any]:
+        """Long-poll for updates at or after ``offset`` (which confirms all before it)."""
+        result = await self.call(
+            "getUpdates",
+            timeout_s=timeout_s + 15,
+            offset=offset,
+            timeout=timeout_s,
+            limit=limit,
+            allowed_updates=list(allowed_updates),
+        )
+        if not isinstance(result, list):
+            raise ServerError("getUpdates returned no list")
+        return result
+
+    async def send_message(
+        self,
+        chat_id: int,
+        text: str,
+        *,
+        reply_markup: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Send HTML ``text``; if Telegram cannot parse it, resend once as plain text.
+
+        Returns the new message's id.
+        """
+        params: dict[str, Any] = {
+            "chat_id": chat_id,
+            "reply_markup": reply_markup,
+            "link_preview_options": {"is_disabled": True},
+        }
+        try:
+            result = await self.call("sendMessage", text=text, parse_mode="HTML", **params)
+        except BadRequest as exc:
+            if _PARSE_ERROR not in exc.description:
+                raise
+            log.warning("telegram.html_refused_sent_plain", chat_id=chat_id, error=str(exc))
+            result = await self.call("sendMessage", text=to_plain(text), **params)
+        return _message_id(result)
+
+    async def send_document(
+        self, chat_id: int, filename: str, content: bytes, *, caption: str | None = None
+    ) -> int:
+        """Send ``content`` as a file named ``filename``; returns the message id."""
+        result = await self.call(
+            "sendDocument",
+            upload=("document", Upload(filename, content)),
+            chat_id=chat_id,
+            caption=caption,
+            parse_mode="HTML" if caption else None,
+        )
+        return _message_id(result)
+
+    async def edit_message_text(self, chat_id: int, message_id: int, text: str) -> None:
+        """Replace a message's text with HTML ``text`` and drop its inline keyboard."""
+        params: dict[str, Any] = {
+            "chat_id": chat_id,
+            "message_id": message_id,
+            "reply_markup": {"inline_keyboard": []},
+        }
+        try:
+            try:
+                await self.call("editMessageText", text=text, parse_mode="HTML", **params)
+            except BadRequest as exc:
+                if _PARSE_ERROR not in exc.description:
+                    raise
+                log.warning("telegram.html_refused_sent_plain", chat_id=chat_id, error=str(exc))
+                await self.call("editMessageText", text=to_plain(text), **params)
+        except BadRequest as exc:
+            # An edit to the text it already has (a retried decision) is already done.
+            if _NOT_MODIFIED not in exc.description:
+                raise
+
+    async def answer_callback_query(self, callback_query_id: str, text: str | None = None) -> None:
+        """Stop the client's spinner on a tapped button, optionally with a short notice."""
+        await self.call(
+            "answerCallbackQuery",
+            callback_query_id=callback_query_id,
+            text=text[:200] if text else None,
+        )
+
+    async def set_my_commands(self, commands: Sequence[tuple[str, str]]) -> None:
+        """Register the command menu: ``(name, description)`` pairs, names without ``/``."""
+        await self.call(
+            "setMyCommands",
+            commands=[{"command": name, "description": about} for name, about in commands],
+        )
+
+    async def send_chat_action(self, chat_id: int, action: str = "typing") -> None:
+        """Show ``action`` (typing...) in the chat for about five seconds."""
+        await self.call("sendChatAction", chat_id=chat_id, action=action)
+
+
+def _message_id(result: Any) -> int:
+    if isinstance(result, dict) and type(result.get("message_id")) is int:
+        return int(result["message_id"])
+    raise ServerError("the Bot API returned no message_id for a sent message")

@@ -1,0 +1,145 @@
+"""Raw Telegram updates → ``InboundMessage``, ``Decision``, or a ``Rejected`` value.
+
+``parse_update`` never raises: malformed JSON shapes, unknown update kinds, missing fields and
+wrong types all become ``Rejected(reason)``. The owner gate lives here: a message or a tap
+from anyone outside ``allowed_users`` (or from a group chat, where replies would be seen by
+others) is rejected before it can reach a turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from shelldon.contracts import Decision, InboundMessage
+from shelldon.transport.approvals import InvalidCallback, parse_callback_data
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateRules:
+    """Who may talk to the pet, and the key that authenticates its approval buttons."""
+
+    allowed_users: frozenset[int]
+    callback_key: bytes = field(repr=False)  # derived from the bot token: never in a log line
+
+    @classmethod
+    def of(cls, allowed_users: Iterable[int], callback_key: bytes) -> UpdateRules:
+        """Rules from a config tuple of user ids."""
+        return cls(frozenset(allowed_users), callback_key)
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """An update that starts nothing. ``callback_id`` is set for taps (they still get an
+    answer, to stop the spinner); ``from_owner`` says whether the sender passed the gate."""
+
+    reason: str
+    update_id: int | None = None
+    user_id: int | None = None
+    callback_id: str = ""
+    from_owner: bool = False
+
+
+Parsed = InboundMessage | Decision | Rejected
+
+
+def _int(value: Any) -> int | None:
+    # bool is an int in Python, never an id in Telegram.
+    return value if type(value) is int else None
+
+
+def _dict(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
+
+
+def update_id_of(raw: object) -> int | None:
+    """The update's ``update_id``, or None when the update has no usable one."""
+    update = _dict(raw)
+    if update is None:
+        return None
+    update_id = _int(update.get("update_id"))
+    return update_id if update_id is not None and update_id >= 0 else None
+
+
+def _sender(holder: dict[str, Any]) -> int | None:
+    user = _dict(holder.get("from"))
+    if user is None or user.get("is_bot") is True:
+        return None
+    return _int(user.get("id"))
+
+
+def _private_chat(message: dict[str, Any]) -> int | None:
+    chat = _dict(message.get("chat"))
+    if chat is None or chat.get("type") != "private":
+        return None
+    return _int(chat.get("id"))
+
+
+def _parse_message(update_id: int, message: dict[str, Any], rules: UpdateRules) -> Parsed:
+    user_id = _sender(message)
+    if user_id is None:
+        return Rejected("message without a human sender", update_id)
+    if user_id not in rules.allowed_users:
+        return Rejected("sender is not in allowed_users", update_id, user_id)
+    chat_id = _private_chat(message)
+    if chat_id is None:
+        return Rejected("owner message outside a private chat", update_id, user_id)
+    text = message.get("text")
+    if not isinstance(text, str) or not text.strip():
+        return Rejected("message has no text", update_id, user_id, from_owner=True)
+    return InboundMessage(chat_id=chat_id, user_id=user_id, text=text, update_id=update_id)
+
+
+def _parse_callback(update_id: int, query: dict[str, Any], rules: UpdateRules) -> Parsed:
+    callback_id = query.get("id")
+    if not isinstance(callback_id, str) or not callback_id:
+        return Rejected("callback query without an id", update_id)
+    user_id = _sender(query)
+    if user_id is None:
+        return Rejected("callback without a human sender", update_id, callback_id=callback_id)
+    if user_id not in rules.allowed_users:
+        return Rejected(
+            "sender is not in allowed_users", update_id, user_id, callback_id=callback_id
+        )
+    message = _dict(query.get("message"))
+    chat_id = _private_chat(message) if message is not None else None
+    message_id = _int(message.get("message_id")) if message is not None else None
+    if chat_id is None or message_id is None:
+        return Rejected(
+            "tap on a message outside a private chat",
+            update_id,
+            user_id,
+            callback_id=callback_id,
+            from_owner=True,
+        )
+    choice = parse_callback_data(query.get("data"), rules.callback_key)
+    if isinstance(choice, InvalidCallback):
+        return Rejected(choice.reason, update_id, user_id, callback_id=callback_id, from_owner=True)
+    return Decision(
+        chat_id=chat_id,
+        user_id=user_id,
+        turn_id=choice.turn_id,
+        approved=choice.approved,
+        update_id=update_id,
+        callback_id=callback_id,
+        message_id=message_id,
+    )
+
+
+def parse_update(raw: object, rules: UpdateRules) -> Parsed:
+    """What a raw update means for the pet; never raises."""
+    update = _dict(raw)
+    if update is None:
+        return Rejected(f"update is {type(raw).__name__}, not an object")
+    update_id = update_id_of(update)
+    if update_id is None:
+        return Rejected("update has no valid update_id")
+    message = _dict(update.get("message"))
+    if message is not None:
+        return _parse_message(update_id, message, rules)
+    query = _dict(update.get("callback_query"))
+    if query is not None:
+        return _parse_callback(update_id, query, rules)
+    kinds = sorted(str(k)[:32] for k in update if k != "update_id")
+    return Rejected(f"unsupported update kind {kinds[:3]!r}", update_id)

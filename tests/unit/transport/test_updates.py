@@ -1,0 +1,155 @@
+"""Raw updates → InboundMessage / Decision / Rejected, and the owner gate.
+
+Attack inspiration: strangers who find a bot's username and message it or replay its buttons;
+bots in groups; hypothesis fuzzing of the Bot API's JSON shapes (missing fields, wrong types,
+bools where ids go, unknown update kinds).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shelldon.contracts import Decision, InboundMessage
+from shelldon.transport.approvals import approval_callback_data, callback_key
+from shelldon.transport.updates import Rejected, UpdateRules, parse_update, update_id_of
+from tests.fakes.fake_telegram import TEST_TOKEN
+
+OWNER = 7
+STRANGER = 666
+KEY = callback_key(TEST_TOKEN)
+RULES = UpdateRules.of([OWNER], KEY)
+
+
+def message(
+    user: int, text: Any = "hi", *, chat_type: str = "private", uid: Any = 5
+) -> dict[str, Any]:
+    return {
+        "update_id": uid,
+        "message": {
+            "message_id": 1,
+            "from": {"id": user, "is_bot": False},
+            "chat": {"id": user, "type": chat_type},
+            "text": text,
+        },
+    }
+
+
+def tap(user: int, data: Any, *, uid: int = 6) -> dict[str, Any]:
+    return {
+        "update_id": uid,
+        "callback_query": {
+            "id": "q1",
+            "from": {"id": user, "is_bot": False},
+            "message": {"message_id": 9, "chat": {"id": user, "type": "private"}},
+            "data": data,
+        },
+    }
+
+
+def test_owner_message_becomes_an_inbound_message() -> None:
+    assert parse_update(message(OWNER, "/help"), RULES) == InboundMessage(OWNER, OWNER, "/help", 5)
+
+
+def test_stranger_message_is_rejected() -> None:
+    result = parse_update(message(STRANGER), RULES)
+    assert isinstance(result, Rejected)
+    assert result.user_id == STRANGER and not result.from_owner
+    assert "allowed_users" in result.reason
+
+
+def test_nobody_passes_when_allowed_users_is_empty() -> None:
+    assert isinstance(parse_update(message(OWNER), UpdateRules.of([], KEY)), Rejected)
+
+
+def test_owner_message_in_a_group_is_rejected() -> None:
+    assert isinstance(parse_update(message(OWNER, chat_type="group"), RULES), Rejected)
+
+
+def test_message_from_a_bot_is_rejected() -> None:
+    update = message(OWNER)
+    update["message"]["from"]["is_bot"] = True
+    assert isinstance(parse_update(update, RULES), Rejected)
+
+
+def test_owner_photo_without_text_is_rejected_as_from_the_owner() -> None:
+    result = parse_update(message(OWNER, None), RULES)
+    assert isinstance(result, Rejected) and result.from_owner
+
+
+def test_owner_tap_becomes_a_decision() -> None:
+    result = parse_update(tap(OWNER, approval_callback_data("turn-9", False, KEY)), RULES)
+    assert result == Decision(OWNER, OWNER, "turn-9", False, 6, "q1", 9)
+
+
+def test_stranger_tap_on_a_genuine_button_is_rejected_but_answerable() -> None:
+    result = parse_update(tap(STRANGER, approval_callback_data("turn-9", True, KEY)), RULES)
+    assert isinstance(result, Rejected)
+    assert result.callback_id == "q1" and not result.from_owner
+
+
+def test_owner_tap_with_forged_data_is_rejected_but_answerable() -> None:
+    result = parse_update(tap(OWNER, "a:turn-9:AAAAAAAAAAAAAAAA"), RULES)
+    assert isinstance(result, Rejected)
+    assert result.callback_id == "q1" and result.from_owner
+
+
+def test_bool_is_not_an_id() -> None:
+    assert isinstance(parse_update(message(True), UpdateRules.of([1], KEY)), Rejected)
+    assert update_id_of(message(OWNER, uid=True)) is None
+
+
+def test_unknown_update_kind_is_rejected_with_its_id() -> None:
+    result = parse_update({"update_id": 3, "edited_message": {}, 7: "x"}, RULES)
+    assert isinstance(result, Rejected) and result.update_id == 3
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner),
+    max_leaves=20,
+)
+ids = st.one_of(st.integers(), st.just(OWNER), st.booleans(), st.text(max_size=5), st.none())
+
+
+@st.composite
+def near_valid_updates(draw: st.DrawFn) -> Any:
+    """Updates shaped like Telegram's with any field missing, mistyped or replaced."""
+    base = draw(
+        st.sampled_from(
+            [
+                message(OWNER),
+                tap(OWNER, approval_callback_data("t1", True, KEY)),
+                message(STRANGER),
+            ]
+        )
+    )
+
+    def mutate(node: Any) -> Any:
+        if isinstance(node, dict):
+            out = {}
+            for key, value in node.items():
+                choice = draw(st.integers(0, 9))
+                if choice == 0:
+                    continue
+                if choice == 1:
+                    out[key] = draw(json_values)
+                elif choice == 2:
+                    out[key] = draw(ids)
+                else:
+                    out[key] = mutate(value)
+            return out
+        return node
+
+    return mutate(base)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(json_values, near_valid_updates()))
+def test_garbage_updates_never_raise(raw: Any) -> None:
+    result = parse_update(raw, RULES)
+    assert isinstance(result, InboundMessage | Decision | Rejected)
+    if isinstance(result, InboundMessage | Decision):
+        assert result.user_id == OWNER
