@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from shelldon.config import Settings
+from shelldon.worker.tools import clock, files, pyeval
 from shelldon.worker.tools.registry import (
     Registry,
     ToolContext,
@@ -41,5 +42,8 @@ def context_from_settings(settings: Settings) -> ToolContext:
 def build_registry(settings: Settings) -> Registry:
     """Every tool a turn may call: the built-in families, then the live self-coded tools."""
     registry = Registry(context_from_settings(settings))
-    # Families register here as they land (files, pyeval, http, git, shell, self-coded).
+    # Built-in families, FREE first; RISKY families and self-coded discovery follow.
+    registry.add_all(clock.specs())
+    registry.add_all(files.specs())
+    registry.add_all(pyeval.specs())
     return registry

@@ -1,0 +1,424 @@
+"""The per-turn fork: one worker process per turn, talking frames over a socketpair.
+
+``spawn_turn`` / ``spawn_resume`` fork a child that, before anything else, freezes what it
+inherited (signals back to default, every descriptor but the channel and stdio closed, the
+environment cut to an allowlist, RLIMITs applied, ``confine()``), then builds the registry and
+runs the loop. Protocol on the channel: the child sends ``Job``; the parent answers
+``Completion`` or ``JobFailed``; the child finally sends one ``Result`` and exits. The child
+always ends in ``os._exit`` — returning into the caller would clone the actor that forked it.
+
+The parent owns the ``WorkerHandle``: it kills (SIGKILL), reaps (``waitpid`` on this pid only;
+``waitpid(-1)`` would steal the actor system's children) and closes it.
+"""
+
+from __future__ import annotations
+
+import _signal
+import contextlib
+import ctypes
+import errno
+import fcntl
+import gc
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import structlog
+
+from shelldon.config import Settings
+from shelldon.contracts import (
+    MAX_BLOB_BYTES,
+    Completion,
+    Job,
+    JobFailed,
+    Result,
+    ResumeRequest,
+    TurnRequest,
+)
+from shelldon.core.limits import ProcessLimits, apply_limits
+from shelldon.secrets import forget_env_secrets
+from shelldon.worker.channel import (
+    HEADER,
+    FrameError,
+    FrameReader,
+    FrameTimeout,
+    pack_frame,
+    recv_frame,
+    send_frame,
+    send_packed,
+)
+from shelldon.worker.tools import Registry, build_registry
+from shelldon.worker.worker import Ask, run_resume, run_turn
+
+log = structlog.get_logger(__name__)
+
+ENV_ALLOWLIST = ("PATH", "HOME", "LANG", "TZ")
+"""The only environment variables a worker keeps; everything else (secrets above all) goes."""
+
+EXIT_OK = 0
+EXIT_CRASH = 1
+EXIT_CHANNEL = 3
+EXIT_UNKNOWN = 255
+"""Worker exit codes: Result sent; crashed (apology attempted); Result could not be sent;
+unknown because something other than its handle reaped it."""
+
+CRASH_REPLY = "Sorry — something broke inside me during this turn. Please try again."
+
+RegistryFactory = Callable[[Settings], Registry]
+_READ_CHUNK = 1 << 16
+_READ_BUDGET = 2 * (MAX_BLOB_BYTES + HEADER.size)
+_PR_SET_PDEATHSIG = 1
+# Looked up once in the parent so a worker does not pay for dlopen/dlsym on its way up.
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+
+
+class SpawnError(RuntimeError):
+    """The worker could not be started (no socketpair or fork); the turn should apologize."""
+
+
+@dataclass(slots=True)
+class WorkerHandle:
+    """The parent's side of one worker: its pid, the non-blocking channel end, the deadline.
+
+    ``kill()``, ``reap()`` and ``close()`` are idempotent; use it as a context manager to get
+    all three on exit.
+    """
+
+    pid: int
+    sock: socket.socket
+    deadline: float
+    turn_id: str
+    exit_code: int | None = None
+    reader: FrameReader = field(default_factory=FrameReader)
+    eof: bool = False
+
+    def fileno(self) -> int:
+        """The channel's descriptor (what the TurnActor watches for readability)."""
+        return self.sock.fileno()
+
+    def send(self, obj: Any) -> None:
+        """Answer the worker with one frame (Completion or JobFailed); raises ``FrameError``."""
+        send_frame(self.sock, obj, self.deadline)
+
+    def read_frames(self) -> list[Any]:
+        """Every whole frame readable now, without blocking; sets ``eof`` when the child closed.
+
+        Raises ``FrameError`` on garbage from the child or a frame cut off by EOF.
+        """
+        frames: list[Any] = []
+        budget = _READ_BUDGET
+        # A bounded read: a worker flooding the channel cannot pin its reader in this loop.
+        while not self.eof and budget > 0:
+            budget -= _READ_CHUNK
+            try:
+                data = self.sock.recv(_READ_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                raise FrameError(f"cannot read from worker {self.pid}: {exc}") from exc
+            if not data:
+                self.eof = True
+                if self.reader.pending:
+                    raise FrameError(f"worker {self.pid} closed the channel inside a frame")
+                break
+            frames.extend(self.reader.feed(data))
+        return frames
+
+    def kill(self) -> None:
+        """SIGKILL the worker unless it was already reaped (its pid may belong to another)."""
+        if self.exit_code is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+    def reap(self, block: bool = False) -> int | None:
+        """Collect the worker's exit: its exit code (negative: killed by that signal), or None
+        while it still runs and ``block`` is False."""
+        if self.exit_code is not None:
+            return self.exit_code
+        while True:
+            try:
+                pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
+            except InterruptedError:
+                continue
+            except ChildProcessError:
+                # Someone else reaped it (a stray waitpid(-1)); it is gone either way.
+                log.warning("worker_already_reaped", pid=self.pid, turn_id=self.turn_id)
+                self.exit_code = EXIT_UNKNOWN
+                return self.exit_code
+            break
+        if pid == 0:
+            return None
+        self.exit_code = os.waitstatus_to_exitcode(status)
+        return self.exit_code
+
+    def close(self) -> None:
+        """Close the parent's end of the channel."""
+        self.sock.close()
+
+    def __enter__(self) -> WorkerHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+        self.reap(block=True)
+        self.close()
+
+
+# ------------------------------------------------------------------ the child's first steps
+
+
+# Computed once in the parent: signal.valid_signals() builds ~60 enums (~0.6 ms) per call.
+_CATCHABLE = tuple(
+    int(sig) for sig in signal.valid_signals() if sig not in (signal.SIGKILL, signal.SIGSTOP)
+)
+_IGNORED_AT_START = (int(signal.SIGPIPE), int(signal.SIGXFSZ))
+
+
+def reset_signals() -> None:
+    """Give every catchable signal its start-up disposition and unblock them all.
+
+    The actor's handlers must not run in the worker. SIGPIPE and SIGXFSZ stay ignored, as
+    Python sets them at start-up, so a write to a closed channel is an error, not a death.
+    """
+    for sig in _CATCHABLE:
+        handler = _signal.SIG_IGN if sig in _IGNORED_AT_START else _signal.SIG_DFL
+        # _signal is the C module under signal: the same syscall without the enum wrapping
+        # that costs ~6 µs a call. Every signal is set, even where Python's table says it is
+        # already default: a handler set outside Python (faulthandler's) is not in that table.
+        try:
+            _signal.signal(sig, handler)
+        except (OSError, ValueError):
+            continue
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+
+
+def close_inherited_fds(keep: int) -> None:
+    """Close every descriptor except 0, 1, 2 and ``keep`` (the channel)."""
+    top = max(os.sysconf("SC_OPEN_MAX"), keep + 2)
+    # closerange uses the close_range syscall where the kernel has it: one call, any fd count.
+    if keep > 3:
+        os.closerange(3, keep)
+    os.closerange(max(3, keep + 1), top)
+
+
+def reopen_stdio() -> None:
+    """Point ``sys.stdout``/``sys.stderr`` at descriptors 1 and 2 if they wrapped another fd.
+
+    A stream object inherited from the parent may write to a descriptor the worker just closed
+    (a capture file, a redirected log); logging through it would crash the turn.
+    """
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = getattr(sys, name)
+        try:
+            ours = stream.fileno() == fd
+        except (AttributeError, OSError, ValueError):
+            ours = False
+        if not ours:
+            replacement = open(  # noqa: SIM115 - lives as long as the worker, closed by _exit
+                fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False
+            )
+            setattr(sys, name, replacement)
+
+
+def scrub_environment() -> None:
+    """Replace ``os.environ`` (and the C environment under it) with the allowlisted variables."""
+    for name in [name for name in os.environ if name not in ENV_ALLOWLIST]:
+        del os.environ[name]  # os.environ's __delitem__ also unsetenv()s the C environment
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel to SIGKILL this worker if the process that forked it dies first."""
+    with contextlib.suppress(OSError, AttributeError):
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent_pid:
+        # The parent died before prctl took effect: nobody will read our Result.
+        os._exit(EXIT_CHANNEL)
+
+
+def confine(settings: Settings) -> None:
+    """Kernel confinement hook (seccomp / Landlock / namespaces / a cgroup per turn).
+
+    Called in every worker after descriptors, environment and RLIMITs are set and before any
+    tool is imported or run. It does nothing yet: the sandbox issue fills it in, honouring
+    ``settings.sandbox.mode``.
+    """
+    del settings
+
+
+def prepare_child(keep_fd: int, parent_pid: int, settings: Settings, turn_id: str) -> None:
+    """Everything the worker does before it trusts itself to run a turn, in this order."""
+    reset_signals()
+    die_with_parent(parent_pid)
+    close_inherited_fds(keep_fd)
+    reopen_stdio()
+    scrub_environment()
+    # Defense in depth: a forking process that once read a secret from its environment still
+    # holds it in shelldon.secrets; the worker lets go of it before any tool runs.
+    forget_env_secrets()
+    lim = settings.limits
+    apply_limits(ProcessLimits(address_space_mb=lim.rlimit_as_mb, cpu_s=lim.rlimit_cpu_s))
+    confine(settings)
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(turn_id=turn_id)
+
+
+def channel_ask(sock: socket.socket, turn_id: str, wait_until: float) -> Ask:
+    """The loop's ``ask`` over the channel; a broken or wrong frame becomes JobFailed("channel")."""
+
+    def ask(job: Job) -> Completion | JobFailed:
+        try:
+            send_frame(sock, job, wait_until)
+            answer = recv_frame(sock, wait_until)
+        except FrameTimeout as exc:
+            log.warning("channel_timed_out", error=str(exc))
+            return JobFailed(turn_id, "timeout", str(exc))
+        except FrameError as exc:
+            log.warning("channel_failed", error=str(exc))
+            return JobFailed(turn_id, "channel", str(exc))
+        if not isinstance(answer, Completion | JobFailed):
+            problem = f"expected Completion or JobFailed, got {type(answer).__name__}"
+            log.warning("channel_failed", error=problem)
+            return JobFailed(turn_id, "channel", problem)
+        return answer
+
+    return ask
+
+
+TurnBody = Callable[[Registry, Ask, float], Result]
+
+TOO_BIG_REPLY = (
+    "Sorry — this turn's result grew too large to hand back. Please ask again in smaller steps."
+)
+
+
+def result_frame(result: Result) -> bytes:
+    """The frame for ``result``; one too big for the channel becomes an apology with its counts.
+
+    Its ops go too (a parked call that cannot be handed back is never run).
+    """
+    try:
+        return pack_frame(result)
+    except FrameError as exc:
+        log.error("result_too_big", error=str(exc))
+        return pack_frame(
+            Result(
+                result.turn_id,
+                TOO_BIG_REPLY,
+                tool_failures=result.tool_failures[:20],
+                model_calls=result.model_calls,
+                tool_executions=result.tool_executions,
+                usage=result.usage,
+            )
+        )
+
+
+def _worker_main(
+    sock: socket.socket,
+    parent_pid: int,
+    settings: Settings,
+    turn_id: str,
+    deadline: float,
+    body: TurnBody,
+    registry_factory: RegistryFactory,
+) -> NoReturn:
+    """The child's whole life; every path ends in ``os._exit``."""
+    code = EXIT_CRASH
+    try:
+        prepare_child(sock.fileno(), parent_pid, settings, turn_id)
+        registry = registry_factory(settings)
+        # The parent kills at deadline + grace; waiting that long for an answer is never wrong.
+        ask = channel_ask(sock, turn_id, deadline + settings.limits.kill_grace_s)
+        frame = result_frame(body(registry, ask, deadline))
+        code = EXIT_CHANNEL
+        send_packed(sock, frame, deadline + settings.limits.kill_grace_s)
+        code = EXIT_OK
+    except BaseException as exc:
+        # The apology goes first: logging itself may be what broke.
+        if code == EXIT_CRASH:
+            with contextlib.suppress(BaseException):
+                send_frame(sock, Result(turn_id, CRASH_REPLY), time.monotonic() + 1.0)
+        with contextlib.suppress(BaseException):
+            event = "worker_crashed" if code == EXIT_CRASH else "result_not_sent"
+            log.error(event, error=f"{type(exc).__name__}: {exc}")
+    finally:
+        os._exit(code)
+
+
+def above_stdio(sock: socket.socket) -> socket.socket:
+    """``sock`` on a descriptor above 2, so the child's stdio never aliases its channel.
+
+    Only a parent started with stdio closed gets a socket on 0-2; it is moved, not refused.
+    """
+    if sock.fileno() > 2:
+        return sock
+    moved = fcntl.fcntl(sock.fileno(), fcntl.F_DUPFD_CLOEXEC, 3)
+    sock.close()
+    return socket.socket(fileno=moved)
+
+
+def _spawn(
+    turn_id: str,
+    settings: Settings,
+    body: TurnBody,
+    registry_factory: RegistryFactory,
+) -> WorkerHandle:
+    deadline = time.monotonic() + settings.limits.turn_timeout_s
+    try:
+        parent_end, child_end = socket.socketpair()
+        parent_end, child_end = above_stdio(parent_end), above_stdio(child_end)
+    except OSError as exc:
+        raise SpawnError(f"cannot open the worker channel: {exc}") from exc
+    parent_pid = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        parent_end.close()
+        child_end.close()
+        hint = " (out of processes or memory)" if exc.errno in (errno.EAGAIN, errno.ENOMEM) else ""
+        raise SpawnError(f"cannot fork a worker{hint}: {exc}") from exc
+    if pid == 0:  # pragma: no cover - the child; its coverage is the parent's assertions
+        try:
+            # Inherited objects must never be collected here: a finalizer would close an fd
+            # number the worker may have reused by then.
+            gc.freeze()
+            parent_end.close()
+        finally:
+            _worker_main(child_end, parent_pid, settings, turn_id, deadline, body, registry_factory)
+    child_end.close()
+    parent_end.setblocking(False)
+    log.info("worker_spawned", pid=pid, turn_id=turn_id)
+    return WorkerHandle(pid=pid, sock=parent_end, deadline=deadline, turn_id=turn_id)
+
+
+def spawn_turn(
+    request: TurnRequest,
+    settings: Settings,
+    *,
+    registry_factory: RegistryFactory = build_registry,
+) -> WorkerHandle:
+    """Fork a worker that runs ``request`` and sends Jobs, then one Result, on the channel."""
+
+    def body(registry: Registry, ask: Ask, deadline: float) -> Result:
+        return run_turn(request, registry, ask, settings, deadline)
+
+    return _spawn(request.turn_id, settings, body, registry_factory)
+
+
+def spawn_resume(
+    request: ResumeRequest,
+    settings: Settings,
+    *,
+    registry_factory: RegistryFactory = build_registry,
+) -> WorkerHandle:
+    """Fork a worker that resumes a parked turn after the owner's decision."""
+
+    def body(registry: Registry, ask: Ask, deadline: float) -> Result:
+        return run_resume(request, registry, ask, settings, deadline)
+
+    return _spawn(request.turn_id, settings, body, registry_factory)

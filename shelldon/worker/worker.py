@@ -1,0 +1,331 @@
+"""The bounded agentic loop that runs inside the per-turn worker, and its park/resume.
+
+prompt + tool schemas → ``Job`` → ``Completion``; FREE calls run inline and their results go
+back; text ends the turn through the ops parser into a ``Result``. The first RISKY call parks
+the turn (``RequestToolApproval`` in ``Result.ops``) instead of running; ``run_resume`` picks
+it up in a fresh worker after the owner's tap. Ceilings from ``settings.limits``: at most
+``max_tool_executions`` tool runs per logical turn, the ``deadline`` for the whole turn, and a
+best-effort reply when under ``bail_margin_s`` remain. ``ask`` is the channel round trip; these
+functions never touch a socket, so tests drive them with a scripted ``ask``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import structlog
+
+from shelldon.config import LimitsSettings, Settings
+from shelldon.contracts import (
+    Completion,
+    Job,
+    JobFailed,
+    Message,
+    Op,
+    ProposeTool,
+    RequestToolApproval,
+    Result,
+    ResumeRequest,
+    Role,
+    Tier,
+    ToolCall,
+    ToolDefinition,
+    ToolResult,
+    TurnRequest,
+    Usage,
+)
+from shelldon.worker.ops import parse_ops
+from shelldon.worker.prompt import build_messages, tool_message
+from shelldon.worker.tools import Registry, execute_tool
+
+log = structlog.get_logger(__name__)
+
+Ask = Callable[[Job], Completion | JobFailed]
+"""One model round trip: send a Job, get its Completion or the broker's JobFailed."""
+
+Clock = Callable[[], float]
+
+PROPOSE_TOOL = ToolDefinition(
+    name="propose_tool",
+    description=(
+        "Propose a new tool for your permanent toolbox. `code` is a Python module defining "
+        "run(**kwargs) -> str, DESCRIPTION (str) and PARAMS_SCHEMA (a JSON schema dict); "
+        "`test` is a pytest file that imports the module by `name` and checks it. The tool is "
+        "tested in a sandbox and shown to the owner, who decides whether it goes live."
+    ),
+    params_schema={
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "module name, a Python identifier"},
+            "code": {"type": "string", "description": "the tool module's source"},
+            "test": {"type": "string", "description": "its pytest test file's source"},
+        },
+        "required": ["name", "code", "test"],
+        "additionalProperties": False,
+    },
+    tier=Tier.FREE,
+)
+"""The op tool: a call to it becomes a ``ProposeTool`` op; it is offered in every Job."""
+
+PROPOSAL_RECEIVED = "proposal received: it will be gated and shown to the owner"
+DENIED_BY_OWNER = "denied by owner"
+
+_APOLOGIES = {
+    "rate_limited": "the model is rate-limited, try again in a minute",
+    "overloaded": "the model is overloaded right now, try again in a few minutes",
+    "timeout": "the model took too long to answer, try again",
+    "auth": "the model refused my credentials; the API key needs checking",
+    "bad_request": "the model rejected my request; try rephrasing",
+    "server": "the model's server had an error, try again shortly",
+    "malformed": "the model's answer came back garbled, try again",
+    "channel": "I lost contact with my brain mid-turn, try again",
+}
+
+_SUMMARY_VALUE_CHARS = 200
+_SUMMARY_CHARS = 1000
+
+
+def apology(failed: JobFailed) -> str:
+    """A short, honest reply for a failed model call, naming what went wrong."""
+    reason = _APOLOGIES.get(failed.kind, f"the model call failed ({failed.kind})")
+    if failed.kind == "rate_limited" and failed.retry_after:
+        reason = f"the model is rate-limited, try again in {max(1, round(failed.retry_after))} s"
+    return f"Sorry — {reason}."
+
+
+def summarize_call(call: ToolCall) -> str:
+    """Exactly what will run, for the owner: ``name(key=value, ...)`` with long values elided."""
+    parts = []
+    for key, value in call.args.items():
+        rendered = json.dumps(value, ensure_ascii=False, sort_keys=True)
+        if len(rendered) > _SUMMARY_VALUE_CHARS:
+            cut = len(rendered) - _SUMMARY_VALUE_CHARS
+            rendered = f"{rendered[:_SUMMARY_VALUE_CHARS]}…(+{cut} chars)"
+        parts.append(f"{key}={rendered}")
+    summary = f"{call.name}({', '.join(parts)})"
+    if len(summary) > _SUMMARY_CHARS:
+        summary = f"{summary[:_SUMMARY_CHARS]}…)"
+    return summary
+
+
+def offered_tools(registry: Registry) -> tuple[ToolDefinition, ...]:
+    """The registry's tools plus ``propose_tool`` (which no registered tool may shadow)."""
+    own = tuple(d for d in registry.definitions() if d.name != PROPOSE_TOOL.name)
+    return (*own, PROPOSE_TOOL)
+
+
+@dataclass(slots=True)
+class _Turn:
+    """The mutable state of one worker's loop; lives and dies inside one call of ``_loop``."""
+
+    turn_id: str
+    registry: Registry
+    ask: Ask
+    limits: LimitsSettings
+    deadline: float
+    clock: Clock
+    messages: list[Message]
+    executions_left: int
+    model_calls: int = 0
+    tool_executions: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    ops: list[Op] = field(default_factory=list)
+    best_text: str = ""
+
+    def result(self, reply: str) -> Result:
+        return Result(
+            turn_id=self.turn_id,
+            reply=reply,
+            ops=tuple(self.ops),
+            tool_failures=tuple(self.registry.failures),
+            model_calls=self.model_calls,
+            tool_executions=self.tool_executions,
+            usage=Usage(self.input_tokens, self.output_tokens),
+        )
+
+    def take_text(self, text: str) -> str:
+        """The owner-facing part of ``text``; its ops join the turn's ops, whenever they came."""
+        parsed = parse_ops(text)
+        self.ops.extend(parsed.ops)
+        return parsed.reply
+
+    def finish(self, reply: str, *, truncated: bool = False) -> Result:
+        if truncated:
+            reply = f"{reply} …(my answer was cut off at the length limit)".strip()
+        return self.result(
+            reply or ("Done." if self.ops else "Sorry — I came up empty; ask again?")
+        )
+
+    def give_up(self, reason: str) -> Result:
+        """End early with the best text the model gave, or an apology naming ``reason``."""
+        log.info("turn_cut_short", turn_id=self.turn_id, reason=reason)
+        if self.best_text:
+            return self.result(f"{self.best_text}\n\n({reason}.)")
+        return self.result(f"Sorry — {reason} before I could answer. Ask again, in smaller steps?")
+
+    def time_is_short(self) -> bool:
+        return self.deadline - self.clock() < self.limits.bail_margin_s
+
+    def run_call(self, call: ToolCall, *, approved: bool = False) -> None:
+        """Run one call (or refuse it at a ceiling) and append its TOOL message."""
+        if self.executions_left <= 0:
+            limit = self.limits.max_tool_executions
+            result = ToolResult(
+                call.id, False, f"not run: this turn's limit of {limit} tool runs is spent"
+            )
+        elif self.time_is_short():
+            result = ToolResult(call.id, False, "not run: this turn is out of time")
+        else:
+            self.executions_left -= 1
+            self.tool_executions += 1
+            if call.name == PROPOSE_TOOL.name:
+                result = self.propose(call)
+            else:
+                result = execute_tool(self.registry, call, approved=approved)
+        self.messages.append(tool_message(call, result))
+
+    def propose(self, call: ToolCall) -> ToolResult:
+        if call.args_error:
+            return ToolResult(call.id, False, f"arguments were not valid JSON: {call.args_error}")
+        values = {key: call.args.get(key) for key in ("name", "code", "test")}
+        bad = [key for key, value in values.items() if not isinstance(value, str) or not value]
+        if bad:
+            return ToolResult(
+                call.id, False, f"propose_tool needs non-empty strings for: {', '.join(bad)}"
+            )
+        self.ops.append(ProposeTool(str(values["name"]), str(values["code"]), str(values["test"])))
+        return ToolResult(call.id, True, PROPOSAL_RECEIVED)
+
+    def is_risky(self, call: ToolCall) -> bool:
+        # A call whose arguments did not parse can never run, so it is answered, not parked.
+        return (
+            call.name != PROPOSE_TOOL.name
+            and not call.args_error
+            and self.registry.tier(call.name) is Tier.RISKY
+        )
+
+    def run_calls(self, completion: Completion, said: str) -> Result | None:
+        """Run the FREE calls; park at the first RISKY one (dropping the calls after it)."""
+        calls: Sequence[ToolCall] = completion.tool_calls
+        risky_at = next((i for i, c in enumerate(calls) if self.is_risky(c)), None)
+        kept = tuple(calls if risky_at is None else calls[: risky_at + 1])
+        self.messages.append(Message(Role.ASSISTANT, completion.text, kept))
+        for index, call in enumerate(kept):
+            if index == risky_at and self.executions_left > 0 and not self.time_is_short():
+                return self.park(call, said)
+            self.run_call(call)
+        return None
+
+    def park(self, call: ToolCall, lead: str) -> Result:
+        summary = summarize_call(call)
+        self.ops.append(RequestToolApproval(call, summary, tuple(self.messages)))
+        log.info("turn_parked", turn_id=self.turn_id, tool=call.name)
+        question = f"I'd like to run {summary} — approve?"
+        return self.result(f"{lead}\n\n{question}" if lead else question)
+
+
+def _loop(turn: _Turn) -> Result:
+    tools = offered_tools(turn.registry)
+    while True:
+        if turn.time_is_short():
+            return turn.give_up("I ran out of time for this turn")
+        offered = tools if turn.executions_left > 0 else ()
+        answer = turn.ask(Job(turn.turn_id, tuple(turn.messages), offered, turn.deadline))
+        turn.model_calls += 1
+        if isinstance(answer, JobFailed):
+            log.warning("model_call_failed", turn_id=turn.turn_id, kind=answer.kind)
+            return turn.result(apology(answer))
+        turn.input_tokens += answer.usage.input_tokens
+        turn.output_tokens += answer.usage.output_tokens
+        said = turn.take_text(answer.text)
+        if said:
+            turn.best_text = said
+        if not answer.tool_calls:
+            return turn.finish(said, truncated=answer.truncated)
+        if not offered:
+            # Tools were withdrawn at the ceiling and the model still asked for one.
+            limit = turn.limits.max_tool_executions
+            return turn.give_up(f"I hit my limit of {limit} tool runs for one turn")
+        parked = turn.run_calls(answer, said)
+        if parked is not None:
+            return parked
+
+
+def run_turn(
+    request: TurnRequest,
+    registry: Registry,
+    ask: Ask,
+    settings: Settings,
+    deadline: float,
+    *,
+    clock: Clock = time.monotonic,
+) -> Result:
+    """Run one owner (or scheduled) turn to its ``Result``; never raises for expected failures."""
+    messages = list(build_messages(request, settings, offered_tools(registry)))
+    turn = _Turn(
+        request.turn_id,
+        registry,
+        ask,
+        settings.limits,
+        deadline,
+        clock,
+        messages,
+        executions_left=settings.limits.max_tool_executions,
+    )
+    return _loop(turn)
+
+
+def executions_spent(messages: Sequence[Message]) -> int:
+    """Tool results since the owner's last message: what a parked turn already spent."""
+    spent = 0
+    for message in reversed(messages):
+        if message.role is Role.USER:
+            break
+        if message.role is Role.TOOL:
+            spent += 1
+    return spent
+
+
+def run_resume(
+    request: ResumeRequest,
+    registry: Registry,
+    ask: Ask,
+    settings: Settings,
+    deadline: float,
+    *,
+    clock: Clock = time.monotonic,
+) -> Result:
+    """Resume a parked turn: run the approved call (or answer "denied by owner"), then loop.
+
+    The FREE results from before the pause travel in the parked messages and are never re-run;
+    the tool-run ceiling spans the whole logical turn, pause included.
+    """
+    parked = request.parked
+    messages = list(parked.messages)
+    left = settings.limits.max_tool_executions - executions_spent(messages)
+    turn = _Turn(
+        request.turn_id,
+        registry,
+        ask,
+        settings.limits,
+        deadline,
+        clock,
+        messages,
+        executions_left=max(1, left),
+    )
+    if request.approved:
+        # The owner approved this exact call, so the ceiling grants it its one run.
+        turn.run_call(parked.call, approved=True)
+    else:
+        messages.append(
+            tool_message(parked.call, ToolResult(parked.call.id, False, DENIED_BY_OWNER))
+        )
+        turn.executions_left = max(0, left)
+    log.info(
+        "turn_resumed", turn_id=request.turn_id, tool=parked.call.name, approved=request.approved
+    )
+    return _loop(turn)
