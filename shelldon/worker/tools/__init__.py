@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shelldon.config import Settings
-from shelldon.worker.tools import clock, files, pyeval
+from shelldon.worker.tools import clock, files, git, http, pyeval, shell, write
 from shelldon.worker.tools.registry import (
     Registry,
     ToolContext,
@@ -46,4 +46,8 @@ def build_registry(settings: Settings) -> Registry:
     registry.add_all(clock.specs())
     registry.add_all(files.specs())
     registry.add_all(pyeval.specs())
+    registry.add_all(write.specs())
+    registry.add_all(shell.specs())
+    registry.add_all(http.specs())
+    registry.add_all(git.specs())
     return registry

@@ -1,0 +1,344 @@
+"""RISKY ``git``: a closed allowlist of git subcommands, run without a shell in the workspace.
+
+Two layers. ``check_git_args`` decides on the argument list alone: the first word must be an
+allowlisted subcommand (so no global flags at all: ``-c``, ``-C``, ``--git-dir``, ``-p``...);
+options that run programs, redirect the repository or read and write files outside the
+workspace are refused anywhere, including the abbreviations git accepts (``--upload-pa``) and
+their ``=value`` forms; transport-helper URLs (``ext::``, ``fd::``, any ``name::address``) are
+refused; path-shaped arguments must stay in the workspace.
+
+``git_env`` then runs git with an environment of its own choosing: no ``GIT_*`` variable from
+outside, no system or global config, and command-line-scope config (``GIT_CONFIG_COUNT``, which
+outranks the repository's own ``.git/config``) that points hooks at /dev/null, disables
+fsmonitor, pins editors, pagers, ssh and signing programs to harmless ones, ignores implicit
+bare repositories and allows only the https and file transports. So even a repository whose
+config was tampered with by some other route cannot make an approved git call run its hooks.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import urlsplit
+
+from shelldon.contracts import Tier, ToolDefinition
+from shelldon.worker.tools.jail import resolve_in_jail
+from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
+from shelldon.worker.tools.shell import child_env, limits_of, render, run_bounded
+from shelldon.worker.tools.ssrf import DEFAULT_POLICY, HostRefused, normalize_host
+from shelldon.worker.tools.write import GIT_CONTROL_NAMES, GIT_DIR_NAMES, git_control_reason
+
+ALLOWED_SUBCOMMANDS = frozenset(
+    {
+        "status", "log", "diff", "show", "add", "commit", "branch", "checkout", "switch",
+        "restore", "stash", "init", "fetch", "pull", "push", "remote", "tag", "rev-parse",
+        "reset", "mv", "rm",
+    }
+)  # fmt: skip
+
+# Long options refused wherever they appear, and every abbreviation of them (git's option
+# parser accepts any unambiguous prefix). Why each one:
+REFUSED_LONG_OPTIONS: dict[str, str] = {
+    "upload-pack": "runs a program of the caller's choosing on fetch",
+    "receive-pack": "runs a program of the caller's choosing on push",
+    "exec": "runs a program of the caller's choosing on push",
+    "namespace": "redirects which refs the repository serves",
+    "git-dir": "points git at another repository",
+    "work-tree": "points git at another working tree",
+    "separate-git-dir": "puts the repository outside the workspace",
+    "exec-path": "changes where git finds its own programs",
+    "config-env": "injects configuration",
+    "output": "writes a file anywhere",
+    "template": "copies hooks into a repository, or reads a file as a message template",
+    "no-index": "compares files outside the repository",
+    "bare": "makes a bare repository whose config and hooks are plain files",
+    "recurse-submodules": "fetches and checks out submodules (the usual road to git CVEs)",
+    "ext-diff": "runs an external diff program",
+    "textconv": "runs text-conversion programs",
+    "orderfile": "reads a file outside the workspace",
+}
+
+# Options that read a file: allowed only for a path inside the workspace.
+FILE_OPTIONS = ("file", "pathspec-from-file")
+
+# Short options that take a value, per subcommand (a cluster like ``-aF msg`` ends at the first
+# of them); the ones in ``files`` name a file to read.
+SHORT_WITH_VALUE: dict[str, tuple[str, str]] = {
+    # subcommand: (letters taking a value, of which these read a file)
+    "commit": ("mFcCt", "Ft"),
+    "tag": ("mFu", "F"),
+}
+
+# Short options refused where they write or read files (diff -O reads an order file) or pick a
+# program (pull -s names a merge strategy, found as git-merge-<name> on PATH).
+REFUSED_SHORT: dict[str, str] = {
+    "diff": "oO",
+    "log": "oO",
+    "show": "oO",
+    "stash": "oO",
+    "pull": "s",
+}
+
+BUILTIN_STRATEGIES = frozenset({"ort", "recursive", "resolve", "octopus", "ours", "subtree"})
+
+# A remote-helper address: "ext::sh -c ...", "fd::3", "transport::address".
+_TRANSPORT_HELPER = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*::")
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
+
+
+def _refuse(arg: str, why: str) -> ToolError:
+    return ToolError(f"git argument {arg!r} is refused: {why}")
+
+
+def _long_name(arg: str) -> tuple[str, str | None]:
+    """``--name=value`` split into the name and the value (None when there is no '=')."""
+    name, eq, value = arg[2:].partition("=")
+    return name.lower(), (value if eq else None)
+
+
+def _check_long(arg: str) -> str | None:
+    """Refuse a dangerous long option; return the FILE_OPTIONS name it abbreviates, if any."""
+    name, value = _long_name(arg)
+    if not name:
+        return None  # "--": end of options
+    for refused, why in REFUSED_LONG_OPTIONS.items():
+        if refused.startswith(name):
+            raise _refuse(arg, f"--{refused} {why} (abbreviations count)")
+    if len(name) >= 2 and "chmod".startswith(name) and (value is None or "+" in value):
+        raise _refuse(arg, "setting the executable bit through git is not allowed")
+    if len(name) >= 3 and "strategy".startswith(name) and value not in BUILTIN_STRATEGIES:
+        raise _refuse(
+            arg,
+            "only a built-in merge strategy, as --strategy=NAME: "
+            + ", ".join(sorted(BUILTIN_STRATEGIES)),
+        )
+    for option in FILE_OPTIONS:
+        if len(name) >= 2 and option.startswith(name):
+            return option
+    return None
+
+
+def _check_path(
+    arg: str, workspace: Path, vault: Path, *, names: frozenset[str] = GIT_DIR_NAMES
+) -> None:
+    """A path-shaped argument must name something inside the workspace and outside ``.git``,
+    both as written and where it resolves (so a symlink to ``.git/hooks`` or out of the
+    workspace is refused). ``git mv -f x .git/config`` would otherwise replace the config."""
+    if arg.startswith("/"):
+        raise _refuse(arg, "absolute paths are not allowed; name files from the workspace")
+    for candidate in (arg, _inside(resolve_in_jail(workspace, arg, vault), workspace)):
+        reason = git_control_reason(candidate, names)
+        if reason:
+            raise ToolError(reason)
+
+
+def _inside(real: Path, workspace: Path) -> PurePosixPath:
+    """``real`` relative to the workspace's real location."""
+    return PurePosixPath(real.relative_to(os.path.realpath(workspace)))
+
+
+def _check_url(arg: str) -> None:
+    """Refuse remote addresses git would hand to a program, and https URLs that name a host
+    the SSRF guard never allows (git resolves names itself; literal addresses are checked)."""
+    for candidate in (arg, arg.partition("=")[2]):
+        if _TRANSPORT_HELPER.match(candidate):
+            raise _refuse(arg, "transport-helper addresses (ext::, fd::, name::) run programs")
+        match = _URL.match(candidate)
+        if not match:
+            continue
+        if match.group(1).lower() != "https":
+            raise _refuse(arg, "only https:// remote URLs are allowed (or a path in the workspace)")
+        try:
+            host = normalize_host(urlsplit(candidate).hostname or "")
+            if not isinstance(host, str):
+                DEFAULT_POLICY.check(host, 443, redirect=False)
+        except (HostRefused, ValueError) as exc:
+            raise _refuse(arg, str(exc)) from None
+
+
+def check_git_args(argv: list[str], workspace: Path, vault: Path) -> list[str]:
+    """Return ``argv`` if the git policy allows it; raise ``ToolError`` naming the first problem."""
+    if not argv:
+        raise ToolError("git needs a subcommand, e.g. 'status' or 'log --oneline -5'")
+    subcommand = argv[0]
+    if subcommand.startswith("-"):
+        raise _refuse(
+            subcommand,
+            "global options (-c, -C, --git-dir, ...) are not allowed; start with the subcommand",
+        )
+    if subcommand not in ALLOWED_SUBCOMMANDS:
+        allowed = " ".join(sorted(ALLOWED_SUBCOMMANDS))
+        raise _refuse(subcommand, f"not an allowed subcommand (allowed: {allowed})")
+    pending: str | None = None  # "file" or "value": what the next argument is
+    options_done = False
+    for arg in argv[1:]:
+        if "\x00" in arg:
+            raise _refuse(arg, "NUL bytes are not allowed")
+        if pending is not None:
+            # The value of an option like -m or -F: a message or a file, never a URL.
+            if pending == "file":
+                _check_path(arg, workspace, vault)
+            pending = None
+            continue
+        _check_url(arg)
+        if arg == "--":
+            options_done = True
+            continue
+        if arg.startswith("--") and not options_done:
+            if _check_long(arg):
+                value = _long_name(arg)[1]
+                if value is None:
+                    pending = "file"
+                else:
+                    _check_path(value, workspace, vault)
+            continue
+        if arg.startswith("-") and len(arg) > 1 and not options_done:
+            pending = _check_short(arg, subcommand, workspace, vault)
+            continue
+        if arg.startswith("--"):
+            _check_long(arg)  # even as a pathspec, never let these through
+        # mv can create attribute and submodule files; elsewhere naming them is harmless.
+        names = GIT_CONTROL_NAMES if subcommand == "mv" else GIT_DIR_NAMES
+        _check_path(arg, workspace, vault, names=names)
+    if pending == "file":
+        raise ToolError(f"git {subcommand}: an option that takes a file is missing its path")
+    return argv
+
+
+def _check_short(arg: str, subcommand: str, workspace: Path, vault: Path) -> str | None:
+    """Check one short-option cluster; return what the next argument is, if it is a value."""
+    cluster = arg[1:]
+    refused = REFUSED_SHORT.get(subcommand, "")
+    if cluster[0] in refused:
+        raise _refuse(arg, f"-{cluster[0]} is not allowed for git {subcommand}")
+    takes_value, reads_file = SHORT_WITH_VALUE.get(subcommand, ("", ""))
+    for index, letter in enumerate(cluster):
+        if letter in takes_value:
+            attached = cluster[index + 1 :]
+            kind = "file" if letter in reads_file else "value"
+            if not attached:
+                return kind
+            if kind == "file":
+                _check_path(attached, workspace, vault)
+            return None
+    return None
+
+
+# Command-line-scope config: outranks system, global and the repository's own config.
+PINNED_CONFIG: tuple[tuple[str, str], ...] = (
+    ("core.hooksPath", "/dev/null"),
+    ("core.fsmonitor", "false"),
+    # HOME is the workspace, and git reads ~/.config/git/attributes even with no global config.
+    ("core.attributesFile", "/dev/null"),
+    ("core.sshCommand", "false"),
+    ("core.pager", "cat"),
+    ("core.editor", ":"),
+    ("core.askPass", ""),
+    ("sequence.editor", ":"),
+    ("credential.helper", ""),
+    ("gpg.program", "false"),
+    ("gpg.ssh.program", "false"),
+    ("gpg.x509.program", "false"),
+    ("protocol.allow", "never"),
+    ("protocol.https.allow", "always"),
+    ("protocol.file.allow", "always"),
+    ("safe.bareRepository", "explicit"),
+    ("submodule.recurse", "false"),
+    ("fetch.recurseSubmodules", "false"),
+    ("transfer.fsckObjects", "true"),
+    ("core.protectNTFS", "true"),
+    ("core.protectHFS", "true"),
+    ("log.showSignature", "false"),
+    ("init.defaultBranch", "main"),
+    ("advice.detachedHead", "false"),
+)
+
+
+# External diff and text-conversion programs come from repository config (diff.external,
+# diff.<driver>.textconv), which env config cannot blank out; these flags switch both off.
+_NO_DIFF_PROGRAMS = ("--no-ext-diff", "--no-textconv")
+
+
+def with_safe_defaults(argv: list[str]) -> list[str]:
+    """``argv`` with external diff and textconv programs switched off where git would run them."""
+    if argv[0] in ("diff", "log", "show"):
+        return [argv[0], *_NO_DIFF_PROGRAMS, *argv[1:]]
+    return argv
+
+
+def git_env(workspace: Path) -> dict[str, str]:
+    """The whole environment git runs with: nothing inherited but PATH, config pinned."""
+    extra = {
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_SYSTEM": "/dev/null",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_CEILING_DIRECTORIES": str(workspace.parent),
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_PROTOCOL_FROM_USER": "0",
+        "GIT_EDITOR": ":",
+        "GIT_PAGER": "cat",
+        "PAGER": "cat",
+        "GIT_AUTHOR_NAME": "shelldon",
+        "GIT_AUTHOR_EMAIL": "shelldon@localhost",
+        "GIT_COMMITTER_NAME": "shelldon",
+        "GIT_COMMITTER_EMAIL": "shelldon@localhost",
+        "GIT_CONFIG_COUNT": str(len(PINNED_CONFIG)),
+    }
+    for index, (key, value) in enumerate(PINNED_CONFIG):
+        extra[f"GIT_CONFIG_KEY_{index}"] = key
+        extra[f"GIT_CONFIG_VALUE_{index}"] = value
+    return child_env(workspace, extra)
+
+
+def git(ctx: ToolContext, args: str) -> str:
+    """Run ``git <args>`` (split like a shell would, but no shell) in the workspace."""
+    try:
+        argv = shlex.split(args)
+    except ValueError as exc:
+        raise ToolError(f"cannot split git arguments {args!r}: {exc}") from None
+    check_git_args(argv, ctx.workspace, ctx.vault)
+    try:
+        outcome = run_bounded(
+            ["git", *with_safe_defaults(argv)],
+            ctx.workspace,
+            ctx.shell_timeout_s,
+            limits_of(ctx),
+            max_output_bytes=ctx.max_output_chars,
+            env=git_env(ctx.workspace),
+        )
+    except OSError as exc:
+        raise ToolError(f"could not start git: {exc.strerror or exc}") from None
+    text = render(outcome, ctx.max_output_chars)
+    if outcome.timed_out:
+        raise ToolError(f"git timed out after {ctx.shell_timeout_s:g}s and was killed:\n{text}")
+    if outcome.returncode != 0:
+        raise ToolError(f"git {argv[0]} exited with status {outcome.returncode}:\n{text}")
+    return text or "(no output)"
+
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "args": {
+            "type": "string",
+            "description": "arguments after 'git', e.g. \"commit -m 'fix typo'\"",
+        },
+    },
+    "required": ["args"],
+    "additionalProperties": False,
+}
+
+
+def specs() -> list[ToolSpec]:
+    """The git family: ``git`` (RISKY)."""
+    allowed = ", ".join(sorted(ALLOWED_SUBCOMMANDS))
+    definition = ToolDefinition(
+        name="git",
+        description=f"Run git in the workspace. Allowed subcommands: {allowed}.",
+        params_schema=SCHEMA,
+        tier=Tier.RISKY,
+    )
+    return [ToolSpec(definition, git)]

@@ -1,0 +1,170 @@
+"""RISKY ``write_file``: write a text file in the workspace, atomically, never into git's machinery.
+
+The path goes through the jail and the deny list like every file tool. On top of that, git's
+control files are refused anywhere in the workspace: any path through a ``.git`` component
+(``.git/config``, ``.git/hooks/``, ``.git/info/attributes``, or a ``.git`` *file*, which can
+point the repository at any directory), and ``.gitattributes`` / ``.gitmodules`` files. The git
+tool pins hooks, fsmonitor, editors and protocols through its environment, but filter, diff and
+merge drivers are named by attributes and defined in repository config; refusing both halves
+means an approved write can never arm a later approved git call.
+
+The write itself goes to a temp file in the target's directory, is fsynced, then renamed over
+the target, and the directory is fsynced: a crash leaves the old file or the new one, never half
+of one. Directories are walked with ``O_NOFOLLOW`` from the workspace root, so a symlink swapped
+in after the jail check still cannot redirect the write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+import unicodedata
+from pathlib import Path, PurePath, PurePosixPath
+from typing import Any
+
+from shelldon.contracts import Tier, ToolDefinition
+from shelldon.worker.tools.jail import is_denied, resolve_in_jail
+from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
+
+WRITE_CAP_BYTES = 64 * 1024
+
+# Names git reads its behaviour from, refused as any path component (compared case-folded, and
+# with the trailing dots and spaces Windows-style filesystems drop, as git's own checks do).
+GIT_DIR_NAMES = frozenset({".git", "git~1"})
+GIT_CONTROL_NAMES = GIT_DIR_NAMES | {".gitattributes", ".gitmodules"}
+
+
+def git_control_reason(
+    path: str | PurePath, names: frozenset[str] = GIT_CONTROL_NAMES
+) -> str | None:
+    """Why ``path`` would touch git's control files (one of ``names``), or None if it does not."""
+    for part in PurePosixPath(path).parts:
+        folded = unicodedata.normalize("NFKC", part).casefold().rstrip(". ")
+        if folded in names:
+            return (
+                f"'{path}' is refused: {part} controls what git runs (hooks, config, filter and "
+                "diff drivers); change git settings by asking the owner"
+            )
+    return None
+
+
+def _open_dir_chain(root: Path, parts: tuple[str, ...]) -> int:
+    """Open the directory ``root/parts...`` one component at a time without following symlinks,
+    creating missing directories; return its descriptor."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts:
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            try:
+                nxt = os.open(part, flags, dir_fd=fd)
+            except FileNotFoundError:
+                os.mkdir(part, 0o755, dir_fd=fd)
+                nxt = os.open(part, flags, dir_fd=fd)
+            except (NotADirectoryError, OSError) as exc:
+                raise ToolError(
+                    f"cannot write through {part!r}: it is a symlink or not a directory "
+                    f"({exc.strerror})"
+                ) from None
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _existing_mode(name: str, dir_fd: int) -> int:
+    """The permission bits to give the new file: the old file's, or 0o644 for a new one."""
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return 0o644
+    if stat.S_ISLNK(info.st_mode):
+        raise ToolError(f"{name!r} is a symlink; write_file does not write through symlinks")
+    if not stat.S_ISREG(info.st_mode):
+        raise ToolError(f"{name!r} exists and is not a regular file; refused")
+    if info.st_nlink > 1:
+        raise ToolError(f"{name!r} has {info.st_nlink} hard links; refused")
+    return stat.S_IMODE(info.st_mode) & 0o777
+
+
+def write_file(ctx: ToolContext, path: str, content: str) -> str:
+    """Write ``content`` (UTF-8, at most 64 KiB) to ``path`` in the workspace, atomically."""
+    try:
+        data = content.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolError(f"content is not valid text ({exc.reason} at {exc.start})") from None
+    if len(data) > WRITE_CAP_BYTES:
+        raise ToolError(
+            f"content is {len(data)} bytes; write_file takes at most {WRITE_CAP_BYTES} bytes "
+            "(split the file or write it in parts)"
+        )
+    reason = git_control_reason(path)
+    if reason:
+        raise ToolError(reason)
+    requested = PurePosixPath(path)
+    if not requested.name or requested.name in (".", ".."):
+        raise ToolError(f"{path!r} names no file; give a path like 'notes/todo.txt'")
+    real = resolve_in_jail(ctx.workspace, path, ctx.vault)
+    if (ctx.workspace / path).is_symlink():
+        raise ToolError(f"{path!r} is a symlink; write_file does not write through symlinks")
+    root = Path(os.path.realpath(ctx.workspace))
+    inside = real.relative_to(root)
+    for problem in (git_control_reason(inside), is_denied(inside)):
+        if problem:
+            raise ToolError(problem)
+    try:
+        dir_fd = _open_dir_chain(root, inside.parent.parts)
+        try:
+            _replace(inside.name, data, dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        raise ToolError(f"cannot write {path!r}: {exc.strerror or exc}") from None
+    return f"wrote {len(data)} bytes to {path}"
+
+
+def _replace(name: str, data: bytes, dir_fd: int) -> None:
+    mode = _existing_mode(name, dir_fd)
+    temp = f".{name}.{secrets.token_hex(6)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temp, flags, 0o600, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=dir_fd)
+        raise
+    os.fsync(dir_fd)
+
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string", "description": "file path relative to the workspace root"},
+        "content": {"type": "string", "description": "the whole new text of the file"},
+    },
+    "required": ["path", "content"],
+    "additionalProperties": False,
+}
+
+
+def specs() -> list[ToolSpec]:
+    """The write family: ``write_file`` (RISKY)."""
+    definition = ToolDefinition(
+        name="write_file",
+        description=(
+            "Create or replace a text file in the workspace (at most 64 KiB; parent directories "
+            "are created). Git's control files (.git/, .gitattributes, .gitmodules) are refused."
+        ),
+        params_schema=SCHEMA,
+        tier=Tier.RISKY,
+    )
+    return [ToolSpec(definition, write_file)]
