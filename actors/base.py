@@ -1,0 +1,171 @@
+"""``ContractActor``: the base of every shelldon actor. It checks each message at the door.
+
+A subclass declares one handler per message class it accepts::
+
+    class ArbiterActor(ContractActor):
+        def receiveMsg_InboundMessage(self, msg: InboundMessage, sender: ActorAddress) -> None:
+            ...
+
+The annotation of ``msg`` names the class the door lets in (it must match the method's suffix).
+Thespian's own messages (``ActorExitRequest``, ``ChildActorExited``, ``WakeupMessage``,
+``WatchMessage``, ``PoisonMessage``…) need no annotation. Any other message is logged and
+dropped. A handler that raises is logged with context (actor, message type, turn_id) and never
+re-raised: Thespian would deliver the same message again and repeat the handler's side effects.
+File descriptors passed to ``watch`` are handed to Thespian after every message (``ThespianWatch``)
+until ``unwatch``: a ``WatchMessage`` arrives when one is readable.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from typing import Any, ClassVar
+
+import structlog
+from thespian import actors as thespian_actors
+from thespian.actors import (
+    Actor,
+    ActorAddress,
+    ActorSystemMessage,
+    DeadEnvelope,
+    PoisonMessage,
+    ThespianWatch,
+)
+
+from actors import hardening
+
+log = structlog.get_logger(__name__)
+
+HANDLER_PREFIX = "receiveMsg_"
+# Thespian messages that, unhandled, mean something we sent never arrived: worth a warning.
+_UNDELIVERABLE = (PoisonMessage, DeadEnvelope)
+
+
+def _thespian_message_class(name: str) -> type | None:
+    found = getattr(thespian_actors, name, None)
+    if isinstance(found, type) and issubclass(found, ActorSystemMessage):
+        return found
+    return None
+
+
+def _declared_class(owner: type, attr: str, handler: Any) -> type:
+    """The message class ``handler`` declares through its ``msg`` annotation (or Thespian's)."""
+    suffix = attr[len(HANDLER_PREFIX) :]
+    params = list(inspect.signature(handler).parameters.values())
+    annotation = params[1].annotation if len(params) >= 2 else inspect.Parameter.empty
+    if annotation is inspect.Parameter.empty:
+        system_class = _thespian_message_class(suffix)
+        if system_class is not None:
+            return system_class
+        raise TypeError(
+            f"{owner.__qualname__}.{attr}: annotate the message parameter with its class "
+            f"(msg: {suffix}) so the door knows what to let in"
+        )
+    if isinstance(annotation, str):
+        namespace = dict(vars(sys.modules[owner.__module__]))
+        try:
+            annotation = eval(annotation, handler.__globals__, namespace)  # noqa: S307
+        except NameError as exc:
+            raise TypeError(
+                f"{owner.__qualname__}.{attr}: cannot resolve the message annotation: {exc}; "
+                "import the class at module level"
+            ) from None
+    if not isinstance(annotation, type) or annotation.__name__ != suffix:
+        raise TypeError(
+            f"{owner.__qualname__}.{attr}: the message annotation must be the class {suffix}, "
+            f"got {annotation!r}"
+        )
+    return annotation
+
+
+class ContractActor(Actor):  # type: ignore[misc]
+    """An actor that handles only the message classes its ``receiveMsg_<Class>`` methods declare.
+
+    Unknown messages are logged and dropped; handler exceptions are logged and swallowed.
+    """
+
+    accepted: ClassVar[dict[type, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        accepted: dict[type, str] = {}
+        for klass in reversed(cls.__mro__):
+            for attr, member in vars(klass).items():
+                if attr.startswith(HANDLER_PREFIX) and callable(member):
+                    accepted[_declared_class(klass, attr, member)] = attr
+        cls.accepted = accepted
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._watched: list[int] = []
+        self._handler_cache: dict[type, str | None] = {}
+        if hardening.in_actor_process():
+            _configure_actor_logging(type(self).__name__)
+
+    def watch(self, fd: int) -> None:
+        """Wake this actor with a ``WatchMessage`` whenever ``fd`` is readable."""
+        if fd not in self._watched:
+            self._watched.append(fd)
+
+    def unwatch(self, fd: int) -> None:
+        """Stop watching ``fd`` (do it at EOF, or the actor spins on a readable descriptor)."""
+        if fd in self._watched:
+            self._watched.remove(fd)
+
+    def _handler_name(self, message_class: type) -> str | None:
+        if message_class not in self._handler_cache:
+            self._handler_cache[message_class] = next(
+                (self.accepted[c] for c in message_class.__mro__ if c in self.accepted), None
+            )
+        return self._handler_cache[message_class]
+
+    def receiveMessage(self, message: Any, sender: ActorAddress) -> ThespianWatch | None:
+        """The door: route a declared message to its handler, log and drop anything else."""
+        name = self._handler_name(type(message))
+        result: Any = None
+        if name is None:
+            self._refuse(message, sender)
+        else:
+            turn_id = getattr(message, "turn_id", None)
+            context = {"turn_id": turn_id} if turn_id is not None else {}
+            with structlog.contextvars.bound_contextvars(**context):
+                try:
+                    result = getattr(self, name)(message, sender)
+                except Exception:
+                    log.exception(
+                        "handler_failed",
+                        actor=type(self).__name__,
+                        message_type=type(message).__qualname__,
+                    )
+        if isinstance(result, ThespianWatch):
+            return result
+        return ThespianWatch(list(self._watched)) if self._watched else None
+
+    def _refuse(self, message: Any, sender: ActorAddress) -> None:
+        kind = type(message)
+        if isinstance(message, _UNDELIVERABLE):
+            log.warning("message_undeliverable", actor=type(self).__name__, message=kind.__name__)
+        elif isinstance(message, ActorSystemMessage):
+            log.debug("system_message_unhandled", actor=type(self).__name__, message=kind.__name__)
+        else:
+            log.warning(
+                "message_dropped",
+                actor=type(self).__name__,
+                message_type=f"{kind.__module__}.{kind.__qualname__}",
+                sender=str(sender),
+                why="not a message class this actor declares",
+            )
+
+
+def _configure_actor_logging(actor: str) -> None:
+    """JSON lines with ``actor`` bound, via shelldon's log setup (plain binding if it is absent)."""
+    try:
+        from shelldon.logs import configure_logging
+    except ImportError:
+        structlog.contextvars.bind_contextvars(actor=actor)
+        return
+    try:
+        configure_logging(actor=actor)
+    except ValueError:
+        log.exception("logging_config_unusable", actor=actor)
+        structlog.contextvars.bind_contextvars(actor=actor)

@@ -1,0 +1,1 @@
+"""Integration tests of the hardened Thespian substrate, on real multiprocTCPBase systems."""
