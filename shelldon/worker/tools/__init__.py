@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shelldon.config import Settings
-from shelldon.worker.tools import clock, files, git, http, pyeval, shell, write
+from shelldon.worker.tools import clock, files, git, http, pyeval, selfcoded, shell, write
 from shelldon.worker.tools.registry import (
     Registry,
     ToolContext,
@@ -50,4 +50,8 @@ def build_registry(settings: Settings) -> Registry:
     registry.add_all(shell.specs())
     registry.add_all(http.specs())
     registry.add_all(git.specs())
+    # Self-coded tools last: a name collision with a built-in is refused (built-ins win).
+    discovered, failures = selfcoded.discover(registry.context)
+    registry.add_all(discovered)
+    registry.failures.extend(failures)
     return registry

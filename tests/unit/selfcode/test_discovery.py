@@ -1,0 +1,247 @@
+"""Worker-side discovery: live tools are FREE on the next turn from the manifest, imported only
+when called, and a broken module costs a strike without wedging anything else.
+
+Attack inspiration: the seed's quarantine story (a module that raises on import), a live file
+edited behind the gate's back (the write_file tool can reach the workspace), a manifest that is
+missing, corrupt or hostile (an entry pointing outside tools/).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from shelldon.config import Settings
+from shelldon.contracts import Tier, ToolCall, ToolDefinition
+from shelldon.core.manifest import rewrite_manifest
+from shelldon.core.selfcode import SelfCode
+from shelldon.worker.tools import context_from_settings
+from shelldon.worker.tools.registry import Registry, ToolContext, ToolSpec, execute_tool
+from shelldon.worker.tools.selfcoded import MODULE_PREFIX, discover, specs
+
+from .samples import ADDER, ADDER_TEST, tool
+
+
+@pytest.fixture
+def sc(settings: Settings) -> SelfCode:
+    return SelfCode(settings.workspace, settings.limits)
+
+
+@pytest.fixture
+def ctx(settings: Settings) -> ToolContext:
+    return context_from_settings(settings)
+
+
+def registry_with(ctx: ToolContext) -> Registry:
+    registry = Registry(ctx)
+    found, failures = discover(ctx)
+    registry.add_all(found)
+    registry.failures.extend(failures)
+    return registry
+
+
+def promote(sc: SelfCode, name: str, code: str) -> None:
+    sc.stage(name, code, "")
+    sc.promote(name)
+
+
+def call(registry: Registry, name: str, **args: object):
+    return execute_tool(registry, ToolCall(f"c-{name}", name, dict(args)))
+
+
+def test_promoted_tool_is_free_and_callable_next_turn(sc: SelfCode, ctx: ToolContext) -> None:
+    sc.stage("adder", ADDER, ADDER_TEST)
+    sc.promote("adder")
+    registry = registry_with(ctx)
+    spec = registry.specs["adder"]
+    assert spec.self_coded
+    assert spec.definition.tier is Tier.FREE
+    assert spec.definition.description == "Add one to a number."
+    result = call(registry, "adder", a=41)
+    assert (result.ok, result.content) == (True, "42")
+
+
+def test_discovery_imports_nothing_until_a_call(sc: SelfCode, ctx: ToolContext) -> None:
+    marker = sc.workspace / "imported"
+    promote(sc, "lazy", tool(head=f"open({str(marker)!r}, 'w').close()"))
+    before = {m for m in sys.modules if m.startswith(MODULE_PREFIX + "lazy")}
+    registry = registry_with(ctx)
+    assert not marker.exists()
+    assert {m for m in sys.modules if m.startswith(MODULE_PREFIX + "lazy")} == before
+    assert call(registry, "lazy").ok
+    assert marker.exists()
+
+
+def test_run_gets_only_the_models_arguments(sc: SelfCode, ctx: ToolContext) -> None:
+    code = (
+        'DESCRIPTION = "echo"\n'
+        'PARAMS_SCHEMA = {"type": "object", "properties": {"x": {"type": "integer"}}}\n'
+        "def run(*args, **kwargs):\n    return [args, kwargs]\n"
+    )
+    promote(sc, "echo", code)
+    result = call(registry_with(ctx), "echo", x=3)
+    assert result.content == "[(), {'x': 3}]"  # no ToolContext, non-str result stringified
+
+
+def test_module_that_fails_to_import_is_a_strike_and_others_still_work(
+    sc: SelfCode, ctx: ToolContext
+) -> None:
+    promote(sc, "adder", ADDER)
+    promote(sc, "boom", tool(head="raise RuntimeError('broken at import')"))
+    registry = registry_with(ctx)
+    result = call(registry, "boom")
+    assert not result.ok
+    assert "broken at import" in result.content
+    assert [(f.name, f.self_coded) for f in registry.failures] == [("boom", True)]
+    assert call(registry, "adder", a=1).content == "2"
+    assert not any(m.startswith(MODULE_PREFIX + "boom") for m in sys.modules)
+
+
+def test_tool_that_raises_is_a_strike(sc: SelfCode, ctx: ToolContext) -> None:
+    promote(sc, "divider", tool(body="return str(1 / 0)"))
+    registry = registry_with(ctx)
+    result = call(registry, "divider")
+    assert not result.ok and "ZeroDivisionError" in result.content
+    assert [f.name for f in registry.failures] == ["divider"]
+
+
+def test_module_whose_run_is_replaced_at_import_breaks_convention(
+    sc: SelfCode, ctx: ToolContext
+) -> None:
+    promote(sc, "shifty", tool() + "run = 'not a function'\n")
+    registry = registry_with(ctx)
+    result = call(registry, "shifty")
+    assert not result.ok and "breaks the tool convention" in result.content
+    assert [f.name for f in registry.failures] == ["shifty"]
+
+
+def test_live_module_edited_after_approval_refuses_to_run(sc: SelfCode, ctx: ToolContext) -> None:
+    promote(sc, "adder", ADDER)
+    registry = registry_with(ctx)
+    (sc.live_dir / "adder.py").write_text(ADDER.replace("a + 1", "a + 1000"))
+    result = call(registry, "adder", a=1)
+    assert not result.ok and "changed since it was approved" in result.content
+    assert [f.name for f in registry.failures] == ["adder"]
+
+
+def test_module_broken_on_disk_is_reported_as_failure(sc: SelfCode, ctx: ToolContext) -> None:
+    promote(sc, "adder", ADDER)
+    (sc.live_dir / "bad.py").write_text("def run(:\n")
+    rewrite_manifest(sc.live_dir)
+    found, failures = discover(ctx)
+    assert [s.name for s in found] == ["adder"]
+    assert [f.name for f in failures] == ["bad"]
+    assert "syntax error" in failures[0].error
+
+
+def test_file_not_in_manifest_is_ignored(
+    sc: SelfCode, ctx: ToolContext, capsys: pytest.CaptureFixture[str]
+) -> None:
+    promote(sc, "adder", ADDER)
+    (sc.live_dir / "smuggled.py").write_text(tool())
+    found, failures = discover(ctx)
+    assert [s.name for s in found] == ["adder"]
+    assert failures == []
+    assert "selfcoded_modules_not_in_manifest" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt", "wrong_shape"])
+def test_unusable_manifest_falls_back_to_ast_listing(
+    sc: SelfCode, ctx: ToolContext, damage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    promote(sc, "adder", ADDER)
+    manifest = sc.live_dir / "manifest.json"
+    if damage == "missing":
+        manifest.unlink()
+    elif damage == "corrupt":
+        manifest.write_text('{"format": 1, "tools": [')
+    else:
+        manifest.write_text(json.dumps({"format": 1, "tools": [{"name": 3}], "broken": []}))
+    registry = registry_with(ctx)
+    assert call(registry, "adder", a=2).content == "3"
+    assert "selfcoded_manifest_unusable" in capsys.readouterr().out
+
+
+def test_manifest_entry_pointing_outside_tools_is_refused(
+    sc: SelfCode, ctx: ToolContext, tmp_path: Path
+) -> None:
+    outside = tmp_path / "evil.py"
+    outside.write_text(tool())
+    promote(sc, "adder", ADDER)
+    manifest = sc.live_dir / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["tools"][0]["file"] = "../../../evil.py"
+    manifest.write_text(json.dumps(data))
+    found, _ = discover(ctx)
+    assert found == []
+
+
+def test_no_tools_dir_means_no_tools(ctx: ToolContext) -> None:
+    assert discover(ctx) == ([], [])
+    assert specs(ctx) == []
+
+
+def test_quarantined_tool_disappears_and_restored_tool_returns(
+    sc: SelfCode, ctx: ToolContext
+) -> None:
+    promote(sc, "adder", ADDER)
+    sc.quarantine("adder", "three strikes")
+    assert specs(ctx) == []
+    sc.restore("adder")
+    assert [s.name for s in specs(ctx)] == ["adder"]
+
+
+def test_builtin_wins_a_name_collision(sc: SelfCode, ctx: ToolContext) -> None:
+    promote(sc, "read_file", tool(body="return 'self-coded'"))
+    registry = Registry(ctx)
+    builtin = ToolDefinition("read_file", "built-in", {"type": "object", "properties": {}})
+    registry.add(ToolSpec(builtin, lambda _ctx: "built-in"))
+    registry.add_all(specs(ctx))
+    assert call(registry, "read_file").content == "built-in"
+    assert not registry.specs["read_file"].self_coded
+
+
+def test_replaced_tool_runs_the_new_code_in_the_same_process(
+    sc: SelfCode, ctx: ToolContext
+) -> None:
+    promote(sc, "adder", ADDER)
+    assert call(registry_with(ctx), "adder", a=1).content == "2"
+    sc.stage("adder", ADDER.replace("a + 1", "a + 2"), "", replace=True)
+    sc.promote("adder", replace=True)
+    assert call(registry_with(ctx), "adder", a=1).content == "3"
+
+
+def test_unchanged_toolbox_is_reused_and_any_change_rebuilds(
+    sc: SelfCode, ctx: ToolContext
+) -> None:
+    promote(sc, "adder", ADDER)
+    first = specs(ctx)
+    assert specs(ctx)[0] is first[0]  # same manifest bytes, same files: nothing rebuilt
+    promote(sc, "other", tool())
+    second = specs(ctx)
+    assert [s.name for s in second] == ["adder", "other"]
+    assert second[0] is not first[0]
+    (sc.live_dir / "stray.py").write_text(tool())  # a new file alone also triggers a rebuild
+    assert specs(ctx)[0] is not second[0]
+
+
+def test_worker_forked_after_discovery_inherits_the_result(sc: SelfCode, ctx: ToolContext) -> None:
+    promote(sc, "adder", ADDER)
+    parent = specs(ctx)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the worker: one answer, then out without running pytest's teardown
+        try:
+            child = specs(ctx)
+            os.write(write_end, b"same" if child[0] is parent[0] else b"rebuilt")
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    answer = os.read(read_end, 16)
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    assert answer == b"same"
