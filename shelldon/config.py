@@ -20,6 +20,7 @@ from typing import Any
 
 PROVIDERS = ("anthropic", "openai", "scripted")
 SANDBOX_MODES = ("required", "best-effort", "off")
+ACTOR_BASES = ("multiprocTCPBase", "simpleSystemBase")
 
 
 class ConfigError(ValueError):
@@ -74,6 +75,14 @@ class LimitsSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ActorsSettings:
+    """The actor system: its base and the Admin's fixed loopback port."""
+
+    admin_port: int = 19471
+    base: str = "multiprocTCPBase"
+
+
+@dataclass(frozen=True, slots=True)
 class SandboxSettings:
     """Kernel confinement mode: required, best-effort or off."""
 
@@ -90,6 +99,7 @@ class Settings:
     brain: BrainSettings = field(default_factory=BrainSettings)
     limits: LimitsSettings = field(default_factory=LimitsSettings)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    actors: ActorsSettings = field(default_factory=ActorsSettings)
 
     @property
     def workspace(self) -> Path:
@@ -112,6 +122,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "brain": BrainSettings,
     "limits": LimitsSettings,
     "sandbox": SandboxSettings,
+    "actors": ActorsSettings,
 }
 
 
@@ -191,6 +202,11 @@ def _validate(s: Settings) -> None:
         raise ConfigError("telegram.api_base", "must start with http:// or https://")
     if s.brain.base_url and not s.brain.base_url.startswith(("http://", "https://")):
         raise ConfigError("brain.base_url", "must start with http:// or https://")
+    if s.actors.base not in ACTOR_BASES:
+        bases = ", ".join(ACTOR_BASES)
+        raise ConfigError("actors.base", f"{s.actors.base!r} is not one of {bases}")
+    if not 1024 <= s.actors.admin_port <= 65535:
+        raise ConfigError("actors.admin_port", "must be between 1024 and 65535")
     lim = s.limits
     positives = {
         "limits.max_tool_executions": lim.max_tool_executions,

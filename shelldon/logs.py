@@ -54,12 +54,18 @@ def _level(name: Any) -> int:
     return value
 
 
+def _std_stream(fd: int) -> TextIO:
+    """A line-buffered text stream on descriptor ``fd`` itself. Not ``sys.stdout``: a test
+    runner may swap that for a file on another descriptor, which a forked worker closes."""
+    return open(fd, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+
+
 def configure_logging(
     *, actor: str | None = None, home: Path | None = None, stream: TextIO | None = None
 ) -> None:
     """Set up JSON-lines logging for this process and bind ``actor`` to every event."""
     config = read_logging_config(find_logging_config(home))
-    out = stream or (sys.stderr if config.get("stream") == "stderr" else sys.stdout)
+    out = stream or _std_stream(2 if config.get("stream") == "stderr" else 1)
     level = _level(config.get("level", "info"))
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,

@@ -15,12 +15,16 @@ the last user message's text, else the first unused step without ``when``. So st
 ``when`` play in order, and a tool loop moves on because its first step is used up. A tool call
 may name its ``id``; otherwise ids are ``script_1``, ``script_2``, ... When no step is left (or
 no script is configured) the brain answers with a friendly default reply instead of failing.
+A step's text may say ``{last_tool_result}``: it becomes the latest tool result the model saw,
+so a scripted story can show what a tool really returned.
 Unknown keys are refused (``ScriptError``) so a typo does not silently change the story.
 """
 
 from __future__ import annotations
 
+import collections
 import json
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +40,21 @@ log = structlog.get_logger(__name__)
 
 STEP_KEYS = frozenset({"when", "text", "tool_calls", "truncated"})
 CALL_KEYS = frozenset({"name", "args", "id"})
+
+
+LAST_TOOL_RESULT = "{last_tool_result}"
+"""In a step's text, replaced by the latest tool result the model was shown (unframed)."""
+
+_FRAME = re.compile(r"<tool_output[^>]*>\n?(.*?)\n?</tool_output>", re.DOTALL)
+
+
+def last_tool_result(messages: Sequence[Message]) -> str:
+    """The content of the latest TOOL message, without the worker's untrusted-data framing."""
+    for msg in reversed(messages):
+        if msg.role is Role.TOOL:
+            framed = _FRAME.search(msg.content)
+            return (framed.group(1) if framed else msg.content).strip()
+    return ""
 
 
 class ScriptError(ValueError):
@@ -144,7 +163,9 @@ class ScriptedProvider:
     def __init__(self, steps: Sequence[ScriptStep] = ()) -> None:
         self._unused: list[ScriptStep] = list(steps)
         self._next_id = 0
-        self.requests: list[tuple[tuple[Message, ...], tuple[ToolDefinition, ...]]] = []
+        # The latest requests, for tests; bounded so a long-running scripted service stays lean.
+        self.requests: collections.deque[tuple[tuple[Message, ...], tuple[ToolDefinition, ...]]]
+        self.requests = collections.deque(maxlen=64)
 
     @classmethod
     def from_file(cls, path: Path) -> ScriptedProvider:
@@ -196,7 +217,7 @@ class ScriptedProvider:
         calls = tuple(ToolCall(self._call_id(c), c.name, dict(c.args)) for c in step.tool_calls)
         log.info("provider.completion", provider=self.name, scripted=True, tool_calls=len(calls))
         return Completion(
-            text=step.text,
+            text=step.text.replace(LAST_TOOL_RESULT, last_tool_result(messages)),
             tool_calls=calls,
             usage=Usage(prompt_chars // 4, len(step.text) // 4 + 8 * len(calls)),
             truncated=step.truncated,

@@ -1,11 +1,14 @@
 """The sqlite store: conversation, memory, parked approvals and promotions, tool health,
 schedule, budget, Telegram update dedup, the inbox of handed-off events, and the audit log.
 
-One file under home, WAL mode, ``synchronous=FULL`` (a parked approval survives power loss),
-a busy timeout so several actor processes can share it, and a schema versioned with
-``PRAGMA user_version`` and forward-only migrations. Every time is passed in (``now``) so tests
-use a fake clock. Each process opens its own ``Store``; the store that opens a connection
-closes it.
+One file under home, WAL mode, a busy timeout so several actor processes can share it, and a
+schema versioned with ``PRAGMA user_version`` and forward-only migrations. Writes that must
+survive power loss (parked and consumed approvals and promotions, the inbox handoff, strikes,
+the schedule, the audit log) commit with ``synchronous=FULL``; the conversation, facts and
+budget commit with ``NORMAL`` (WAL keeps the file consistent; a power cut may forget the last
+few of them), which keeps an fsync out of every turn's path. Every time is passed in (``now``)
+so tests use a fake clock. Each process opens its own ``Store``; the store that opens a
+connection closes it.
 """
 
 from __future__ import annotations
@@ -155,7 +158,9 @@ class Store:
         try:
             self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
             self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = FULL")
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            # A small page cache: every actor process holds a connection on a 416 MB board.
+            self._db.execute("PRAGMA cache_size = -512")
             self._db.execute("PRAGMA foreign_keys = ON")
             self._migrate()
         except sqlite3.DatabaseError as exc:
@@ -176,14 +181,21 @@ class Store:
         self.close()
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
+    def _write(self, *, durable: bool = False) -> Iterator[sqlite3.Connection]:
+        """One write transaction; ``durable`` commits with an fsync (synchronous=FULL)."""
+        if durable:
+            self._db.execute("PRAGMA synchronous = FULL")
         try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        finally:
+            if durable:
+                self._db.execute("PRAGMA synchronous = NORMAL")
 
     def _migrate(self) -> None:
         with self._write() as db:
@@ -241,7 +253,7 @@ class Store:
         self, turn_id: str, chat_id: int, blob: bytes, summary: str, now: float, ttl_s: float
     ) -> None:
         """Park a RISKY call's resume state until the owner decides or ``ttl_s`` passes."""
-        with self._write() as db:
+        with self._write(durable=True) as db:
             db.execute(
                 "INSERT INTO pending_approvals VALUES (?, ?, ?, ?, ?, ?)",
                 (turn_id, chat_id, blob, summary, now, now + ttl_s),
@@ -249,7 +261,7 @@ class Store:
 
     def take_approval(self, turn_id: str, now: float) -> Taken:
         """Consume a parked approval exactly once; an expired row is consumed and reported."""
-        with self._write() as db:
+        with self._write(durable=True) as db:
             row = db.execute(
                 "DELETE FROM pending_approvals WHERE turn_id = ? "
                 "RETURNING chat_id, blob, summary, expires_at",
@@ -267,6 +279,13 @@ class Store:
         ).fetchone()
         return row is not None
 
+    def has_promotion(self, turn_id: str) -> bool:
+        """Whether a promotion is parked under ``turn_id`` (without consuming it)."""
+        row = self._db.execute(
+            "SELECT 1 FROM pending_promotions WHERE turn_id = ?", (turn_id,)
+        ).fetchone()
+        return row is not None
+
     def park_promotion(
         self,
         turn_id: str,
@@ -278,7 +297,7 @@ class Store:
         ttl_s: float,
     ) -> None:
         """Park a gated tool until the owner decides whether to promote it."""
-        with self._write() as db:
+        with self._write(durable=True) as db:
             db.execute(
                 "INSERT INTO pending_promotions VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (turn_id, chat_id, name, code_hash, summary, now, now + ttl_s),
@@ -286,7 +305,7 @@ class Store:
 
     def take_promotion(self, turn_id: str, now: float) -> Taken:
         """Consume a parked promotion exactly once; ``blob`` holds "name\\0code_hash"."""
-        with self._write() as db:
+        with self._write(durable=True) as db:
             row = db.execute(
                 "DELETE FROM pending_promotions WHERE turn_id = ? "
                 "RETURNING chat_id, name, code_hash, summary, expires_at",
@@ -310,7 +329,7 @@ class Store:
 
     def expire_pending(self, now: float) -> list[Pending]:
         """Remove and return parked rows whose TTL has passed."""
-        with self._write() as db:
+        with self._write(durable=True) as db:
             approvals = db.execute(
                 "DELETE FROM pending_approvals WHERE expires_at <= ? "
                 "RETURNING turn_id, chat_id, summary, created_at, expires_at",
@@ -329,7 +348,7 @@ class Store:
 
     def strike(self, name: str, error: str, now: float) -> int:
         """Debit one strike against a self-coded tool; returns its new strike count."""
-        with self._write() as db:
+        with self._write(durable=True) as db:
             row = db.execute(
                 "INSERT INTO tool_health (name, strikes, last_error, updated_at) "
                 "VALUES (?, 1, ?, ?) ON CONFLICT(name) DO UPDATE SET "
@@ -341,7 +360,7 @@ class Store:
 
     def reset_strikes(self, name: str) -> None:
         """Forget a tool's strikes (on restore)."""
-        with self._write() as db:
+        with self._write(durable=True) as db:
             db.execute("DELETE FROM tool_health WHERE name = ?", (name,))
 
     def tool_health(self) -> list[ToolHealth]:
@@ -355,7 +374,7 @@ class Store:
 
     def schedule(self, chat_id: int, due_at: float, prompt: str, now: float) -> int:
         """Persist a future turn; returns its id."""
-        with self._write() as db:
+        with self._write(durable=True) as db:
             cur = db.execute(
                 "INSERT INTO schedule (chat_id, due_at, prompt, created_at) VALUES (?, ?, ?, ?)",
                 (chat_id, due_at, prompt, now),
@@ -364,7 +383,7 @@ class Store:
 
     def take_due(self, now: float, limit: int = 10) -> list[Scheduled]:
         """Mark due scheduled turns as started and return them (each is returned once)."""
-        with self._write() as db:
+        with self._write(durable=True) as db:
             rows = db.execute(
                 "UPDATE schedule SET started_at = ? WHERE id IN (SELECT id FROM schedule "
                 "WHERE started_at IS NULL AND due_at <= ? ORDER BY due_at LIMIT ?) "
@@ -406,13 +425,13 @@ class Store:
 
     def mark_processed(self, update_id: int, now: float = 0.0) -> None:
         """Record that an update was handed off (idempotent)."""
-        with self._write() as db:
+        with self._write(durable=True) as db:
             db.execute("INSERT OR IGNORE INTO processed_updates VALUES (?, ?)", (update_id, now))
 
     def put_inbox(self, blob: bytes, now: float, update_id: int | None = None) -> bool:
         """Durably hand off an inbound event (and mark its update processed, atomically);
         False if this update was handed off before."""
-        with self._write() as db:
+        with self._write(durable=True) as db:
             if update_id is not None:
                 cur = db.execute(
                     "INSERT OR IGNORE INTO processed_updates VALUES (?, ?)", (update_id, now)
@@ -455,7 +474,7 @@ class Store:
         turn_id: str = "",
     ) -> None:
         """Append one entry to the audit log (who decided what, what ran, what moved)."""
-        with self._write() as db:
+        with self._write(durable=True) as db:
             db.execute(
                 "INSERT INTO audit (ts, actor, action, subject, detail, code_hash, turn_id) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",

@@ -265,7 +265,7 @@ def prepare_child(keep_fd: int, parent_pid: int, settings: Settings, turn_id: st
     apply_limits(ProcessLimits(address_space_mb=lim.rlimit_as_mb, cpu_s=lim.rlimit_cpu_s))
     confine(settings)
     structlog.contextvars.clear_contextvars()
-    structlog.contextvars.bind_contextvars(turn_id=turn_id)
+    structlog.contextvars.bind_contextvars(actor="worker", turn_id=turn_id)
 
 
 def channel_ask(sock: socket.socket, turn_id: str, wait_until: float) -> Ask:

@@ -1,0 +1,85 @@
+"""ApprovalStoreActor: parks RISKY calls in sqlite with a TTL and asks the owner; takes them
+back exactly once when the owner decides, auditing the exact call either way."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import structlog
+from thespian.actors import ActorAddress
+
+from actors.base import ContractActor
+from actors.messages import ApprovalTaken, AskOwner, ParkApproval, TakeApproval, Wire
+from shelldon.config import Settings
+from shelldon.contracts import ContractError, RequestToolApproval, decode, encode
+from shelldon.core.history import Store
+
+log = structlog.get_logger(__name__)
+
+
+class ApprovalStoreActor(ContractActor):
+    """Owns pending_approvals: park, take, audit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.settings: Settings | None = None
+        self.peers: dict[str, Any] = {}
+        self.store: Store | None = None
+
+    def receiveMsg_Wire(self, msg: Wire, sender: ActorAddress) -> None:
+        self.settings, self.peers = msg.settings, msg.peers
+        if self.store is None:
+            self.store = Store(msg.settings.database)
+
+    def receiveMsg_ParkApproval(self, msg: ParkApproval, sender: ActorAddress) -> None:
+        assert self.store is not None and self.settings is not None
+        now, call = time.time(), msg.op.call
+        self.store.park_approval(
+            msg.turn_id,
+            msg.chat_id,
+            encode(msg.op),
+            msg.op.summary,
+            now,
+            self.settings.limits.approval_ttl_s,
+        )
+        self.store.audit(
+            "worker", "requested", call.name, {"args": call.args}, now, turn_id=msg.turn_id
+        )
+        question = f"I'd like to run {msg.op.summary} — approve?"
+        self.send(self.peers["transport"], AskOwner(msg.chat_id, msg.turn_id, question, call=call))
+
+    def receiveMsg_TakeApproval(self, msg: TakeApproval, sender: ActorAddress) -> None:
+        assert self.store is not None
+        now, decision = time.time(), msg.decision
+        taken = self.store.take_approval(decision.turn_id, now)
+        if taken.status != "ok":
+            log.info("approval_not_taken", turn_id=decision.turn_id, status=taken.status)
+            self.send(sender, ApprovalTaken(decision, taken.status))
+            return
+        try:
+            parked = decode(taken.blob)
+            if not isinstance(parked, RequestToolApproval):
+                raise ContractError(f"parked blob holds {type(parked).__name__}")
+        except ContractError as exc:
+            log.error("parked_approval_corrupt", turn_id=decision.turn_id, error=str(exc))
+            self.store.audit(
+                "approvals",
+                "corrupt",
+                decision.turn_id,
+                {"error": str(exc)},
+                now,
+                turn_id=decision.turn_id,
+            )
+            self.send(sender, ApprovalTaken(decision, "corrupt"))
+            return
+        action = "approved" if decision.approved else "denied"
+        self.store.audit(
+            "owner",
+            action,
+            parked.call.name,
+            {"args": parked.call.args},
+            now,
+            turn_id=decision.turn_id,
+        )
+        self.send(sender, ApprovalTaken(decision, "ok", parked))

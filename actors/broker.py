@@ -1,0 +1,87 @@
+"""BrokerActor: holds the provider and its credentials; answers each Job with a Completion or
+JobFailed. Provider calls run on an asyncio loop in a thread so this mailbox never blocks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from thespian.actors import ActorAddress, ActorExitRequest, WatchMessage
+
+from actors.base import ContractActor
+from actors.bridge import AsyncBridge
+from actors.messages import JobAnswer, Wire
+from shelldon.contracts import Job, JobFailed
+
+log = structlog.get_logger(__name__)
+
+
+class BrokerActor(ContractActor):
+    """The only actor (with the transport) that holds a credential. Executes nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.provider: Any = None
+        self.bridge: AsyncBridge | None = None
+        self.load_error = ""
+
+    def receiveMsg_Wire(self, msg: Wire, sender: ActorAddress) -> None:
+        from shelldon.broker import load_provider
+
+        if self.bridge is not None:
+            return  # a re-Wire after a peer restart changes addresses only
+        self.bridge = AsyncBridge("broker")
+        self.watch(self.bridge.fileno())
+        try:
+            self.provider = load_provider(msg.settings)
+            self.load_error = ""
+        except Exception as exc:  # a missing key or bad script: report it per Job, don't crash
+            self.load_error = f"{type(exc).__name__}: {exc}"
+            log.error("provider_not_loaded", error=self.load_error)
+
+    def receiveMsg_Job(self, msg: Job, sender: ActorAddress) -> None:
+        if self.provider is None or self.bridge is None:
+            failed = JobFailed(msg.turn_id, "auth", self.load_error or "no provider configured")
+            self.send(sender, JobAnswer(msg.turn_id, failed))
+            return
+        coro = self.provider.complete_with_tools(msg.messages, msg.tools, deadline=msg.deadline)
+        self.bridge.submit(coro, (sender, msg.turn_id))
+
+    def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: ActorAddress) -> None:
+        if self.bridge is None or self.bridge.fileno() not in msg.ready:
+            return
+        from shelldon.broker.provider import ProviderError
+
+        for (reply_to, turn_id), completion, error in self.bridge.drain():
+            if error is None:
+                usage = completion.usage
+                log.info(
+                    "model_call",
+                    turn_id=turn_id,
+                    input_tokens=usage.input_tokens,
+                    output_tokens=usage.output_tokens,
+                    tool_calls=len(completion.tool_calls),
+                )
+                self.send(reply_to, JobAnswer(turn_id, completion))
+            elif isinstance(error, ProviderError):
+                log.warning(
+                    "model_call_failed", turn_id=turn_id, kind=error.kind, error=error.message
+                )
+                answer = JobFailed(turn_id, error.kind, error.message, error.retry_after)
+                self.send(reply_to, JobAnswer(turn_id, answer))
+            else:
+                log.error(
+                    "model_call_crashed", turn_id=turn_id, error=f"{type(error).__name__}: {error}"
+                )
+                answer = JobFailed(turn_id, "server", f"internal error: {type(error).__name__}")
+                self.send(reply_to, JobAnswer(turn_id, answer))
+
+    def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: ActorAddress) -> None:
+        if self.bridge is not None:
+            if self.provider is not None:
+                try:
+                    self.bridge.submit(self.provider.aclose(), None).result(2)
+                except Exception:
+                    log.exception("provider_close_failed")
+            self.bridge.close()
+            self.bridge = None

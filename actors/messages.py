@@ -1,0 +1,227 @@
+"""Messages the actors pass among themselves (the contracts ride inside them).
+
+Plain frozen dataclasses: Thespian pickles them between actor processes, and the hardened
+transport unpickles only classes from this module, ``shelldon.contracts`` and Thespian itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from shelldon.config import Settings
+from shelldon.contracts import (
+    Completion,
+    Decision,
+    JobFailed,
+    ProposeTool,
+    RequestToolApproval,
+    Result,
+    ResumeRequest,
+    ToolCall,
+    ToolFailure,
+    TurnRequest,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Wire:
+    """Supervisor → every actor at start (and after a restart): settings and peer addresses."""
+
+    settings: Settings
+    peers: dict[str, Any] = field(default_factory=dict)
+    transport: str = "telegram"
+    console_fds: tuple[int, ...] = ()
+    story: tuple[tuple[str, bool], ...] = ()
+    auto_yes: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class InboxChanged:
+    """Transport → arbiter: new events were durably handed off to the inbox table."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """→ transport: send ``text`` to the owner."""
+
+    chat_id: int
+    text: str
+    pre: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Typing:
+    """→ transport: show the typing indicator while a turn runs."""
+
+    chat_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class AskOwner:
+    """→ transport: an approval keyboard for a parked RISKY call (``call`` set) or a tool
+    promotion (``proposal`` set); ``turn_id`` goes into the callback data, ``text`` is the
+    plain one-line question."""
+
+    chat_id: int
+    turn_id: str
+    text: str
+    call: ToolCall | None = None
+    proposal: ProposeTool | None = None
+    description: str = ""
+    gate_summary: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """→ transport: a decision was handled; answer the tap and edit the keyboard away."""
+
+    decision: Decision
+    outcome: str
+    keep_keyboard: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StartTurn:
+    """Arbiter → turn actor: run a fresh turn."""
+
+    request: TurnRequest
+
+
+@dataclass(frozen=True, slots=True)
+class StartResume:
+    """Arbiter → turn actor: resume a parked turn after the owner's decision."""
+
+    request: ResumeRequest
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnded:
+    """Turn actor → arbiter: the turn is over (the worker is reaped)."""
+
+    chat_id: int
+    result: Result
+    source: str = "owner"
+
+
+@dataclass(frozen=True, slots=True)
+class ParkApproval:
+    """Arbiter → approval store: park a RISKY call and ask the owner."""
+
+    turn_id: str
+    chat_id: int
+    op: RequestToolApproval
+
+
+@dataclass(frozen=True, slots=True)
+class TakeApproval:
+    """Arbiter → approval store: consume the parked call for this decision."""
+
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalTaken:
+    """Approval store → arbiter: the parked call (status "ok"), or why not."""
+
+    decision: Decision
+    status: str
+    parked: RequestToolApproval | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GateTool:
+    """Arbiter → gate runner: stage and gate a proposed tool."""
+
+    turn_id: str
+    chat_id: int
+    proposal: ProposeTool
+
+
+@dataclass(frozen=True, slots=True)
+class DecidePromotion:
+    """Arbiter → gate runner: the owner tapped on a promotion keyboard."""
+
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class StrikeTools:
+    """Arbiter → strike ledger: self-coded tools failed in a turn."""
+
+    chat_id: int
+    failures: tuple[ToolFailure, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineDue:
+    """Strike ledger → supervisor: a tool reached the strike threshold."""
+
+    chat_id: int
+    name: str
+    strikes: int
+    last_error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    """Health probe; every actor answers with Pong."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pong:
+    """Answer to Ping, naming the actor."""
+
+    actor: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobAnswer:
+    """Broker → turn actor: the provider's answer to a worker's Job."""
+
+    turn_id: str
+    answer: Completion | JobFailed
+
+
+@dataclass(frozen=True, slots=True)
+class PeerRestarted:
+    """Supervisor → every actor: ``role`` was restarted (its address is in the next Wire)."""
+
+    role: str
+
+
+@dataclass(frozen=True, slots=True)
+class Boot:
+    """Main process → supervisor: start every actor with these settings."""
+
+    settings: Settings
+    transport: str = "telegram"
+    console_fds: tuple[int, ...] = ()
+    story: tuple[tuple[str, bool], ...] = ()
+    auto_yes: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    """Arbiter → transport: no turn is running for ``chat_id`` now (the console's cue)."""
+
+    chat_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fatal:
+    """Transport → supervisor: the service cannot go on (bad token, another instance)."""
+
+    reason: str
+    exit_status: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """Supervisor's answer to Ping from the main process: ready, and why it must stop if so."""
+
+    ready: bool
+    fatal: str = ""
+    exit_status: int = 0
+    restarts: int = 0
+    peers: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,112 @@
+"""Run the service: harden and start the actor system, boot the supervisor, wait for a stop
+signal (or the end of a console session, or a fatal error), and stop everything within 5 s."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from actors.hardening import TRUSTED
+from actors.messages import Boot, Ping, Status
+from actors.system import start_actor_system, stop_actor_system
+from shelldon.config import Settings
+
+log = structlog.get_logger(__name__)
+
+HEALTH_EVERY_S = 5.0
+ASK_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Console:
+    """Descriptors of a console session: input, output, and a pipe the transport writes to
+    when the session is over (end of the demo story, or end of input)."""
+
+    in_fd: int
+    out_fd: int
+    done_r: int
+    done_w: int
+
+
+def trust_runtime_classes() -> None:
+    """Let the settings (and the paths in them) travel in Wire/Boot messages."""
+    import pathlib
+
+    TRUSTED.trust_module("shelldon.config")
+    TRUSTED.trust_class(pathlib.PosixPath)
+
+
+def run_service(
+    settings: Settings,
+    *,
+    transport: str = "telegram",
+    console: Console | None = None,
+    story: tuple[tuple[str, bool], ...] = (),
+    auto_yes: bool = False,
+) -> int:
+    """Run until SIGTERM/SIGINT, the console session ends, or a fatal error; return the exit
+    status (0 on a clean stop)."""
+    from actors.supervisor import SupervisorActor
+
+    trust_runtime_classes()
+    settings.home.mkdir(parents=True, exist_ok=True)
+    settings.workspace.mkdir(parents=True, exist_ok=True)
+    stop = {"signal": 0}
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop["signal"] = signum
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    started = time.monotonic()
+    running = start_actor_system(admin_port=settings.actors.admin_port, base=settings.actors.base)
+    status = 1
+    try:
+        asys = running.system
+        supervisor = asys.createActor(SupervisorActor)
+        fds = (console.in_fd, console.out_fd, console.done_w) if console else ()
+        boot = Boot(settings, transport, fds, story, auto_yes)
+        reply = asys.ask(supervisor, boot, ASK_TIMEOUT_S)
+        if not isinstance(reply, Status) or not reply.ready:
+            log.error("service_not_ready", reply=repr(reply))
+            return 1
+        if console is not None:
+            os.close(console.done_w)
+        log.info(
+            "service_ready", ms=round((time.monotonic() - started) * 1000, 1), transport=transport
+        )
+        status = _wait(asys, supervisor, console, stop)
+    finally:
+        stop_actor_system(running)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return status
+
+
+def _wait(asys: Any, supervisor: Any, console: Console | None, stop: dict[str, int]) -> int:
+    next_health = time.monotonic() + HEALTH_EVERY_S
+    while not stop["signal"]:
+        if console is not None:
+            with contextlib.suppress(InterruptedError):
+                ready, _, _ = select.select([console.done_r], [], [], 0.2)
+                if ready:
+                    return 0
+        else:
+            time.sleep(0.2)
+        if time.monotonic() >= next_health:
+            next_health = time.monotonic() + HEALTH_EVERY_S
+            status = asys.ask(supervisor, Ping(), ASK_TIMEOUT_S)
+            if isinstance(status, Status) and status.fatal:
+                log.error("service_stopping_fatal", reason=status.fatal)
+                return status.exit_status or 1
+            if status is None:
+                log.error("supervisor_unresponsive")
+                return 1
+    log.info("service_stopping", signal=stop["signal"])
+    return 0

@@ -1,0 +1,48 @@
+"""StrikeLedgerActor: debits a strike per self-coded tool failure (never a built-in's) and
+tells the supervisor when a tool reaches the threshold."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import structlog
+from thespian.actors import ActorAddress
+
+from actors.base import ContractActor
+from actors.messages import QuarantineDue, StrikeTools, Wire
+from shelldon.config import Settings
+from shelldon.core.history import Store
+
+log = structlog.get_logger(__name__)
+
+
+class StrikeLedgerActor(ContractActor):
+    """Owns tool_health."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.settings: Settings | None = None
+        self.peers: dict[str, Any] = {}
+        self.store: Store | None = None
+
+    def receiveMsg_Wire(self, msg: Wire, sender: ActorAddress) -> None:
+        self.settings, self.peers = msg.settings, msg.peers
+        if self.store is None:
+            self.store = Store(msg.settings.database)
+
+    def receiveMsg_StrikeTools(self, msg: StrikeTools, sender: ActorAddress) -> None:
+        assert self.store is not None and self.settings is not None
+        threshold = self.settings.limits.strike_threshold
+        for failure in msg.failures:
+            if not failure.self_coded:
+                continue
+            strikes = self.store.strike(failure.name, failure.error, time.time())
+            log.warning(
+                "tool_struck", tool=failure.name, strikes=strikes, error=failure.error[:300]
+            )
+            if strikes >= threshold:
+                self.send(
+                    self.peers["supervisor"],
+                    QuarantineDue(msg.chat_id, failure.name, strikes, failure.error),
+                )

@@ -1,0 +1,151 @@
+"""SupervisorActor: the root. Starts every actor, wires them to each other, restarts one that
+dies (with backoff), makes quarantine decisions, and answers the main process's health pings."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+import structlog
+from thespian.actors import ActorAddress, ActorExitRequest, ChildActorExited, WakeupMessage
+
+from actors.approvals import ApprovalStoreActor
+from actors.arbiter import ArbiterActor
+from actors.base import ContractActor
+from actors.broker import BrokerActor
+from actors.gate import GateRunnerActor
+from actors.messages import (
+    Boot,
+    Fatal,
+    PeerRestarted,
+    Ping,
+    QuarantineDue,
+    Reply,
+    Status,
+    Wire,
+)
+from actors.strikes import StrikeLedgerActor
+from actors.transport import TransportActor
+from actors.turn import TurnActor
+from shelldon.core.history import Store
+from shelldon.core.selfcode import SelfCode, SelfCodeError
+
+log = structlog.get_logger(__name__)
+
+ROLES: dict[str, type] = {
+    "broker": BrokerActor,
+    "turn": TurnActor,
+    "approvals": ApprovalStoreActor,
+    "strikes": StrikeLedgerActor,
+    "gate": GateRunnerActor,
+    "arbiter": ArbiterActor,
+    "transport": TransportActor,
+}
+"""Every actor the supervisor runs, by role, in start order."""
+
+MAX_BACKOFF_S = 30.0
+
+
+class SupervisorActor(ContractActor):
+    """Root of the tree; holds the policy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.boot: Boot | None = None
+        self.children: dict[str, Any] = {}
+        self.restarts: dict[str, int] = {}
+        self.fatal: Fatal | None = None
+        self.stopping = False
+        self.store: Store | None = None
+
+    def receiveMsg_Boot(self, msg: Boot, sender: ActorAddress) -> None:
+        if self.boot is not None:
+            self.send(sender, self._status())
+            return
+        self.boot = msg
+        self.store = Store(msg.settings.database)
+        for role, cls in ROLES.items():
+            self.children[role] = self.createActor(cls)
+        self._wire_all()
+        log.info("service_started", actors=len(self.children), transport=msg.transport)
+        self.send(sender, self._status())
+
+    def _wire_all(self) -> None:
+        assert self.boot is not None
+        peers = {**self.children, "supervisor": self.myAddress}
+        for role, address in self.children.items():
+            self.send(address, self._wire(peers, role))
+
+    def _wire(self, peers: dict[str, Any], role: str) -> Wire:
+        assert self.boot is not None
+        b = self.boot
+        return Wire(
+            b.settings,
+            peers,
+            b.transport,
+            b.console_fds if role == "transport" else (),
+            b.story,
+            b.auto_yes,
+        )
+
+    def _status(self) -> Status:
+        fatal = self.fatal
+        return Status(
+            ready=self.boot is not None and fatal is None,
+            fatal=fatal.reason if fatal else "",
+            exit_status=fatal.exit_status if fatal else 0,
+            restarts=sum(self.restarts.values()),
+            peers=dict(self.children),
+        )
+
+    def receiveMsg_Ping(self, msg: Ping, sender: ActorAddress) -> None:
+        self.send(sender, self._status())
+
+    def receiveMsg_Fatal(self, msg: Fatal, sender: ActorAddress) -> None:
+        log.error("service_fatal", reason=msg.reason, exit_status=msg.exit_status)
+        if self.fatal is None:
+            self.fatal = msg
+
+    def receiveMsg_ChildActorExited(self, msg: ChildActorExited, sender: ActorAddress) -> None:
+        role = next((r for r, a in self.children.items() if a == msg.childAddress), None)
+        if role is None or self.stopping:
+            return
+        count = self.restarts.get(role, 0)
+        self.restarts[role] = count + 1
+        delay = min(MAX_BACKOFF_S, 0.1 * (2 ** min(count, 8)))
+        log.error("actor_died", role=role, restarts=count + 1, restart_in_s=delay)
+        self.wakeupAfter(dt.timedelta(seconds=delay), payload=("restart", role))
+
+    def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: ActorAddress) -> None:
+        payload = msg.payload
+        if not (isinstance(payload, tuple) and payload[0] == "restart") or self.stopping:
+            return
+        role = payload[1]
+        self.children[role] = self.createActor(ROLES[role])
+        self._wire_all()
+        for address in self.children.values():
+            self.send(address, PeerRestarted(role))
+        log.warning("actor_restarted", role=role)
+
+    def receiveMsg_QuarantineDue(self, msg: QuarantineDue, sender: ActorAddress) -> None:
+        assert self.boot is not None and self.store is not None
+        selfcode = SelfCode(self.boot.settings.workspace, self.boot.settings.limits)
+        reason = f"{msg.strikes} strikes; last error: {msg.last_error}"
+        try:
+            selfcode.quarantine(msg.name, reason)
+        except SelfCodeError as exc:
+            log.info("quarantine_skipped", tool=msg.name, why=str(exc))
+            return
+        self.store.audit("supervisor", "quarantined", msg.name, {"reason": reason}, time.time())
+        self.send(
+            self.children["transport"],
+            Reply(
+                msg.chat_id,
+                f"I put my tool {msg.name} in quarantine: it failed {msg.strikes} "
+                f"times (last: {msg.last_error[:300]}). /restore {msg.name} brings it back.",
+            ),
+        )
+
+    def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: ActorAddress) -> None:
+        self.stopping = True

@@ -1,0 +1,228 @@
+"""TransportActor: the front door. Inbound events are durably handed off to the inbox table
+before anything else (then the arbiter is told); outbound replies, approval keyboards and
+outcomes go to the owner. Two transports: Telegram (network I/O on an asyncio loop in a thread,
+so a long poll never blocks sending) and the console (``shelldon chat`` / ``shelldon demo``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from typing import Any
+
+import structlog
+from thespian.actors import ActorAddress, ActorExitRequest, WatchMessage
+
+from actors.base import ContractActor
+from actors.bridge import AsyncBridge
+from actors.messages import AskOwner, Fatal, Idle, InboxChanged, Reply, Settle, Typing, Wire
+from shelldon.config import Settings
+from shelldon.contracts import Decision, InboundMessage, encode
+from shelldon.core.history import Store
+from shelldon.transport.console import ConsoleSession, Prompt, format_reply, format_you
+
+log = structlog.get_logger(__name__)
+
+
+class TransportActor(ContractActor):
+    """Hosts the configured transport; the only actor besides the broker that holds a secret."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.settings: Settings | None = None
+        self.peers: dict[str, Any] = {}
+        self.kind = ""
+        self.store: Store | None = None
+        # console
+        self.session: ConsoleSession | None = None
+        self.in_fd = self.out_fd = self.done_fd = -1
+        self.in_buffer = b""
+        self.asked: dict[str, bool] = {}
+        self.retry: list[Decision] = []
+        # telegram
+        self.bridge: AsyncBridge | None = None
+        self.telegram: Any = None
+
+    def receiveMsg_Wire(self, msg: Wire, sender: ActorAddress) -> None:
+        first = self.settings is None
+        self.settings, self.peers, self.kind = msg.settings, msg.peers, msg.transport
+        if not first:
+            return
+        if msg.transport == "console":
+            self.store = Store(msg.settings.database)
+            self._start_console(msg)
+        else:
+            self._start_telegram(msg.settings)
+
+    # ---------------------------------------------------------------- console
+
+    def _start_console(self, msg: Wire) -> None:
+        self.in_fd, self.out_fd, self.done_fd = msg.console_fds
+        self.session = ConsoleSession(msg.story, msg.auto_yes)
+        if msg.story:
+            self._story_next()
+        else:
+            self._write("shelldon is listening. Type a message (Ctrl-D to quit).\n")
+        if self.in_fd >= 0 and not (msg.story and msg.auto_yes):
+            os.set_blocking(self.in_fd, False)
+            self.watch(self.in_fd)
+
+    def _write(self, text: str) -> None:
+        if self.out_fd >= 0:
+            data = text.encode("utf-8", "replace")
+            with contextlib.suppress(OSError):
+                while data:
+                    data = data[os.write(self.out_fd, data) :]
+
+    def _console_handoff(self, event: InboundMessage | Decision) -> None:
+        assert self.store is not None
+        self.store.put_inbox(encode(event), time.time())
+        self.send(self.peers["arbiter"], InboxChanged())
+
+    def _story_next(self) -> None:
+        assert self.session is not None
+        line = self.session.next_story_line()
+        if line is None:
+            self._write("— end of the demo —\n")
+            self._finish_console()
+            return
+        self._write(format_you(line))
+        self._console_handoff(InboundMessage(0, 0, line))
+
+    def _finish_console(self) -> None:
+        if self.done_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.write(self.done_fd, b"done")
+                os.close(self.done_fd)
+            self.done_fd = -1
+
+    def _console_input(self) -> None:
+        assert self.session is not None
+        try:
+            data = os.read(self.in_fd, 65536)
+        except BlockingIOError:
+            return
+        if not data:
+            self.unwatch(self.in_fd)
+            if not self.session.scripted:
+                self._finish_console()
+            return
+        self.in_buffer += data
+        while b"\n" in self.in_buffer:
+            raw, self.in_buffer = self.in_buffer.split(b"\n", 1)
+            event = self.session.line_event(raw.decode("utf-8", "replace"))
+            if event is not None and not (
+                self.session.scripted and isinstance(event, InboundMessage)
+            ):
+                self._console_handoff(event)
+
+    # ---------------------------------------------------------------- telegram
+
+    def _start_telegram(self, settings: Settings) -> None:
+        from shelldon.secrets import read_secret
+        from shelldon.transport.telegram_link import TelegramLink
+
+        self.bridge = AsyncBridge("telegram")
+        self.watch(self.bridge.fileno())
+        try:
+            token = read_secret("telegram_token", settings.vault)
+        except Exception as exc:
+            self.send(self.peers["supervisor"], Fatal(str(exc), 2))
+            return
+        self.telegram = TelegramLink(settings, token, self.bridge)
+        self.bridge.submit(self.telegram.run(), "poller")
+
+    def _drain_bridge(self) -> None:
+        assert self.bridge is not None
+        from shelldon.transport.telegram import TelegramError
+
+        for tag, _value, error in self.bridge.drain():
+            if tag == "inbox":
+                self.send(self.peers["arbiter"], InboxChanged())
+            elif error is None:
+                continue
+            elif tag == "poller":
+                if isinstance(error, TelegramError) and error.fatal:
+                    # The client has logged it once already; the supervisor stops the service.
+                    status = error.exit_status
+                else:
+                    log.error("telegram_stopped", error=str(error))
+                    status = 1
+                self.send(self.peers["supervisor"], Fatal(f"telegram: {error}", status))
+            else:
+                log.warning("telegram_send_failed", what=str(tag), error=str(error))
+
+    # ---------------------------------------------------------------- both
+
+    def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: ActorAddress) -> None:
+        if self.bridge is not None and self.bridge.fileno() in msg.ready:
+            self._drain_bridge()
+        if self.in_fd >= 0 and self.in_fd in msg.ready:
+            self._console_input()
+
+    def receiveMsg_Reply(self, msg: Reply, sender: ActorAddress) -> None:
+        if self.kind == "console":
+            self._write(format_reply(msg.text))
+        elif self.telegram is not None and self.bridge is not None:
+            self.bridge.submit(self.telegram.reply(msg.chat_id, msg.text), ("reply", msg.chat_id))
+
+    def receiveMsg_Typing(self, msg: Typing, sender: ActorAddress) -> None:
+        if self.telegram is not None and self.bridge is not None:
+            self.bridge.submit(self.telegram.typing(msg.chat_id), ("typing", msg.chat_id))
+
+    def receiveMsg_AskOwner(self, msg: AskOwner, sender: ActorAddress) -> None:
+        if self.kind != "console":
+            if self.telegram is not None and self.bridge is not None:
+                self.bridge.submit(self.telegram.ask(msg), ("ask", msg.turn_id))
+            return
+        assert self.session is not None
+        promotion = msg.proposal is not None
+        self.asked[msg.turn_id] = promotion
+        if msg.call is not None:
+            # The turn's reply has just asked the question; show exactly what would run.
+            args = json.dumps(msg.call.args, ensure_ascii=False)
+            lines = [f"           ↳ {msg.call.name} {args}"]
+        else:
+            lines = [format_reply(msg.text).rstrip("\n")]
+            lines.append("           gate " + msg.gate_summary.replace("\n", "\n           "))
+        answer = self.session.ask(msg.turn_id, promotion)
+        if answer is not None:
+            lines.append("           [y/N] y   (--yes)")
+            self._write("\n".join(lines) + "\n")
+            self._console_handoff(answer)
+        else:
+            self._write("\n".join(lines) + "\n           [y/N] ")
+
+    def receiveMsg_Settle(self, msg: Settle, sender: ActorAddress) -> None:
+        if self.kind != "console":
+            if self.telegram is not None and self.bridge is not None:
+                self.bridge.submit(self.telegram.settle(msg), ("settle", msg.decision.turn_id))
+            return
+        assert self.session is not None
+        self._write(format_reply(msg.outcome))
+        if msg.keep_keyboard:
+            if self.session.auto_yes:
+                self.retry.append(msg.decision)
+            else:
+                self.session.prompts.append(Prompt(msg.decision.turn_id, False))
+                self._write("           [y/N] ")
+            return
+        if self.session.on_settled(self.asked.pop(msg.decision.turn_id, False)):
+            self._story_next()
+
+    def receiveMsg_Idle(self, msg: Idle, sender: ActorAddress) -> None:
+        if self.session is None:
+            return
+        if self.retry:
+            self._console_handoff(self.retry.pop(0))
+        elif self.session.on_idle():
+            self._story_next()
+
+    def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: ActorAddress) -> None:
+        if self.bridge is not None:
+            if self.telegram is not None:
+                with contextlib.suppress(Exception):
+                    self.bridge.submit(self.telegram.close(), "close").result(2)
+            self.bridge.close()
+            self.bridge = None

@@ -1,0 +1,179 @@
+"""TurnActor: forks one worker per turn, relays its Jobs to the broker, holds the ceilings
+outside the worker (model calls, wall clock), reaps it, and reports TurnEnded. Kept lean: it
+imports no provider SDK, so a fork from it is cheap."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from typing import Any
+
+import structlog
+from thespian.actors import ActorAddress, ActorExitRequest, WakeupMessage, WatchMessage
+
+from actors.base import ContractActor
+from actors.hardening import forget_wire_key
+from actors.messages import JobAnswer, StartResume, StartTurn, TurnEnded, Typing, Wire
+from shelldon.config import Settings
+from shelldon.contracts import Result
+from shelldon.core.turnwatch import (
+    Finished,
+    Forward,
+    TurnWatch,
+    Violation,
+    apology,
+    max_model_calls,
+)
+from shelldon.worker.channel import FrameError
+from shelldon.worker.spawn import SpawnError, WorkerHandle, spawn_resume, spawn_turn
+from shelldon.worker.tools import context_from_settings, selfcoded
+
+log = structlog.get_logger(__name__)
+
+
+class TurnActor(ContractActor):
+    """Runs at most one worker at a time; the arbiter guarantees it is asked for one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Every fork of this process is a worker that runs model-written code: it must not
+        # keep the key that seals actor messages (it could forge them).
+        os.register_at_fork(after_in_child=forget_wire_key)
+        self.settings: Settings | None = None
+        self.peers: dict[str, Any] = {}
+        self.handle: WorkerHandle | None = None
+        self.turnwatch: TurnWatch | None = None
+        self.chat_id = 0
+        self.source = "owner"
+        self.started = 0.0
+
+    def receiveMsg_Wire(self, msg: Wire, sender: ActorAddress) -> None:
+        self.settings = msg.settings
+        self.peers = msg.peers
+
+    def receiveMsg_StartTurn(self, msg: StartTurn, sender: ActorAddress) -> None:
+        req = msg.request
+        self._start(req.turn_id, req.chat_id, req.source, lambda s: spawn_turn(req, s))
+
+    def receiveMsg_StartResume(self, msg: StartResume, sender: ActorAddress) -> None:
+        req = msg.request
+        self._start(req.turn_id, req.chat_id, "owner", lambda s: spawn_resume(req, s))
+
+    def _start(self, turn_id: str, chat_id: int, source: str, spawn: Any) -> None:
+        settings = self.settings
+        assert settings is not None, "TurnActor used before Wire"
+        if self.handle is not None:
+            log.error("turn_while_busy", running=self.handle.turn_id, refused=turn_id)
+            self._report(chat_id, source, apology(turn_id, "crash"))
+            return
+        self.chat_id, self.source, self.started = chat_id, source, time.monotonic()
+        # Discover live self-coded tools here, before the fork: the worker inherits the result
+        # and re-reads nothing unless the toolbox changed.
+        selfcoded.discover(context_from_settings(settings))
+        try:
+            handle = spawn(settings)
+        except SpawnError as exc:
+            log.error("worker_spawn_failed", turn_id=turn_id, error=str(exc))
+            self._report(chat_id, source, apology(turn_id, "crash"))
+            return
+        self.handle = handle
+        lim = settings.limits
+        self.turnwatch = TurnWatch(
+            turn_id, handle.deadline, max_model_calls(lim.max_tool_executions), lim.kill_grace_s
+        )
+        self.watch(handle.fileno())
+        self.wakeupAfter(
+            dt.timedelta(seconds=max(0.0, handle.deadline + lim.kill_grace_s - time.monotonic())),
+            payload=turn_id,
+        )
+        if chat_id and "transport" in self.peers:
+            self.send(self.peers["transport"], Typing(chat_id))
+
+    def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: ActorAddress) -> None:
+        handle, turnwatch = self.handle, self.turnwatch
+        if handle is None or turnwatch is None or handle.fileno() not in msg.ready:
+            return
+        try:
+            frames = handle.read_frames()
+        except FrameError as exc:
+            log.warning("worker_sent_garbage", turn_id=handle.turn_id, error=str(exc))
+            self._end(apology(handle.turn_id, "protocol", turnwatch.model_calls), kill=True)
+            return
+        for frame in frames:
+            verdict = turnwatch.on_frame(frame)
+            if isinstance(verdict, Forward):
+                self.send(self.peers["broker"], verdict.job)
+            elif isinstance(verdict, Finished):
+                self._end(verdict.result, kill=False)
+                return
+            elif isinstance(verdict, Violation):
+                log.warning("worker_violation", turn_id=handle.turn_id, reason=verdict.reason)
+                kind = "ceiling" if "ceiling" in verdict.reason else "protocol"
+                self._end(apology(handle.turn_id, kind, turnwatch.model_calls), kill=True)
+                return
+        if handle.eof:
+            code = handle.reap(block=True)
+            log.warning("worker_died_without_result", turn_id=handle.turn_id, exit_code=code)
+            self._end(apology(handle.turn_id, "crash", turnwatch.model_calls), kill=True)
+
+    def receiveMsg_JobAnswer(self, msg: JobAnswer, sender: ActorAddress) -> None:
+        handle = self.handle
+        if handle is None or msg.turn_id != handle.turn_id:
+            log.info("late_job_answer_dropped", turn_id=msg.turn_id)
+            return
+        try:
+            handle.send(msg.answer)
+        except FrameError as exc:
+            log.warning("worker_channel_broken", turn_id=handle.turn_id, error=str(exc))
+            calls = self.turnwatch.model_calls if self.turnwatch else 0
+            self._end(apology(handle.turn_id, "crash", calls), kill=True)
+
+    def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: ActorAddress) -> None:
+        handle, turnwatch = self.handle, self.turnwatch
+        if handle is None or turnwatch is None or msg.payload != handle.turn_id:
+            return
+        if turnwatch.overdue(time.monotonic()):
+            log.warning("worker_overran_deadline", turn_id=handle.turn_id, pid=handle.pid)
+            self._end(apology(handle.turn_id, "timeout", turnwatch.model_calls), kill=True)
+        else:
+            remaining = handle.deadline + turnwatch.grace_s - time.monotonic()
+            self.wakeupAfter(dt.timedelta(seconds=max(0.05, remaining)), payload=handle.turn_id)
+
+    def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: ActorAddress) -> None:
+        if self.handle is not None:
+            self.handle.kill()
+            self.handle.reap(block=True)
+            self.handle.close()
+            self.handle = None
+
+    def _end(self, result: Result, *, kill: bool) -> None:
+        handle = self.handle
+        assert handle is not None
+        self.unwatch(handle.fileno())
+        if kill:
+            handle.kill()
+        code = handle.reap(block=False)
+        if code is None:
+            # The worker exits right after its Result; give it a moment, then make sure.
+            deadline = time.monotonic() + 0.5
+            while code is None and time.monotonic() < deadline:
+                time.sleep(0.002)
+                code = handle.reap(block=False)
+            if code is None:
+                handle.kill()
+                code = handle.reap(block=True)
+        handle.close()
+        self.handle, self.turnwatch = None, None
+        log.info(
+            "turn_finished",
+            turn_id=result.turn_id,
+            exit_code=code,
+            model_calls=result.model_calls,
+            tool_executions=result.tool_executions,
+            ms=round((time.monotonic() - self.started) * 1000, 1),
+        )
+        self._report(self.chat_id, self.source, result)
+
+    def _report(self, chat_id: int, source: str, result: Result) -> None:
+        self.send(self.peers["arbiter"], TurnEnded(chat_id, result, source))

@@ -1,0 +1,93 @@
+"""The actor-side ceilings of one turn (DESIGN invariant 5), as a plain state machine.
+
+The worker counts its own tool executions and watches its own clock, but a self-coded tool can
+patch anything in its process. So the side that relays the worker's frames counts model calls
+and holds the wall clock too: a worker that asks for one model call too many, sends a frame it
+has no business sending, or outlives its deadline plus a grace period is killed, and the owner
+gets a best-effort reply instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from shelldon.contracts import Job, Result
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Relay this Job (its deadline clamped to the turn's) to the broker."""
+
+    job: Job
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The worker finished the turn with this Result."""
+
+    result: Result
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """The worker broke a ceiling or the protocol: kill it and apologise."""
+
+    reason: str
+
+
+Verdict = Forward | Finished | Violation
+
+
+class TurnWatch:
+    """Counts one turn's model calls and holds its deadline; decides what each frame means."""
+
+    def __init__(self, turn_id: str, deadline: float, max_model_calls: int, grace_s: float):
+        self.turn_id = turn_id
+        self.deadline = deadline
+        self.max_model_calls = max_model_calls
+        self.grace_s = grace_s
+        self.model_calls = 0
+        self.done = False
+
+    def on_frame(self, frame: object) -> Verdict:
+        """Judge one frame from the worker."""
+        if self.done:
+            return Violation("the worker sent a frame after its result")
+        if isinstance(frame, Job):
+            if frame.turn_id != self.turn_id:
+                return Violation(f"job for another turn ({frame.turn_id!r})")
+            self.model_calls += 1
+            if self.model_calls > self.max_model_calls:
+                return Violation(
+                    f"model call {self.model_calls} refused: the ceiling is "
+                    f"{self.max_model_calls} per turn"
+                )
+            return Forward(replace(frame, deadline=min(frame.deadline, self.deadline)))
+        if isinstance(frame, Result):
+            self.done = True
+            if frame.turn_id != self.turn_id:
+                return Violation(f"result for another turn ({frame.turn_id!r})")
+            return Finished(frame)
+        return Violation(f"unexpected {type(frame).__name__} frame from the worker")
+
+    def overdue(self, now: float) -> bool:
+        """Whether the worker has outlived its deadline plus the grace period."""
+        return now > self.deadline + self.grace_s
+
+
+def max_model_calls(max_tool_executions: int) -> int:
+    """Model calls one turn may make: one per tool round, plus the final answer."""
+    return max_tool_executions + 1
+
+
+APOLOGIES = {
+    "timeout": "Sorry — that took longer than I'm allowed, so I stopped. Try again, maybe simpler?",
+    "ceiling": "Sorry — I went over my limit of model calls for one turn, so I stopped.",
+    "crash": "Sorry — something broke inside me while thinking about that. Please try again.",
+    "protocol": "Sorry — my worker misbehaved, so I stopped it. Please try again.",
+}
+
+
+def apology(turn_id: str, kind: str, model_calls: int = 0) -> Result:
+    """The best-effort Result the owner gets when a worker had to be stopped."""
+    return Result(turn_id=turn_id, reply=APOLOGIES[kind], model_calls=model_calls)
