@@ -31,6 +31,8 @@ from shelldon.worker.tools import context_from_settings, selfcoded
 
 log = structlog.get_logger(__name__)
 
+TYPING_REFRESH_S = 4.5
+
 
 class TurnActor(ContractActor):
     """Runs at most one worker at a time; the arbiter guarantees it is asked for one."""
@@ -87,8 +89,7 @@ class TurnActor(ContractActor):
             dt.timedelta(seconds=max(0.0, handle.deadline + lim.kill_grace_s - time.monotonic())),
             payload=turn_id,
         )
-        if chat_id and "transport" in self.peers:
-            self.send(self.peers["transport"], Typing(chat_id))
+        self._typing()
 
     def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: ActorAddress) -> None:
         handle, turnwatch = self.handle, self.turnwatch
@@ -98,7 +99,7 @@ class TurnActor(ContractActor):
             frames = handle.read_frames()
         except FrameError as exc:
             log.warning("worker_sent_garbage", turn_id=handle.turn_id, error=str(exc))
-            self._end(apology(handle.turn_id, "protocol", turnwatch.model_calls), kill=True)
+            self._end(self._apology("protocol"), kill=True)
             return
         for frame in frames:
             verdict = turnwatch.on_frame(frame)
@@ -110,12 +111,12 @@ class TurnActor(ContractActor):
             elif isinstance(verdict, Violation):
                 log.warning("worker_violation", turn_id=handle.turn_id, reason=verdict.reason)
                 kind = "ceiling" if "ceiling" in verdict.reason else "protocol"
-                self._end(apology(handle.turn_id, kind, turnwatch.model_calls), kill=True)
+                self._end(self._apology(kind), kill=True)
                 return
         if handle.eof:
             code = handle.reap(block=True)
             log.warning("worker_died_without_result", turn_id=handle.turn_id, exit_code=code)
-            self._end(apology(handle.turn_id, "crash", turnwatch.model_calls), kill=True)
+            self._end(self._apology("crash"), kill=True)
 
     def receiveMsg_JobAnswer(self, msg: JobAnswer, sender: ActorAddress) -> None:
         handle = self.handle
@@ -126,16 +127,32 @@ class TurnActor(ContractActor):
             handle.send(msg.answer)
         except FrameError as exc:
             log.warning("worker_channel_broken", turn_id=handle.turn_id, error=str(exc))
-            calls = self.turnwatch.model_calls if self.turnwatch else 0
-            self._end(apology(handle.turn_id, "crash", calls), kill=True)
+            self._end(self._apology("crash"), kill=True)
+
+    def _typing(self) -> None:
+        """Show "typing…" while the worker runs (Telegram shows it for about five seconds)."""
+        if self.handle is not None and self.chat_id and "transport" in self.peers:
+            self.send(self.peers["transport"], Typing(self.chat_id))
+            self.wakeupAfter(
+                dt.timedelta(seconds=TYPING_REFRESH_S), payload=("typing", self.handle.turn_id)
+            )
 
     def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: ActorAddress) -> None:
+        if isinstance(msg.payload, tuple):
+            if self.handle is not None and msg.payload == ("typing", self.handle.turn_id):
+                self._typing()
+            return
         handle, turnwatch = self.handle, self.turnwatch
         if handle is None or turnwatch is None or msg.payload != handle.turn_id:
             return
         if turnwatch.overdue(time.monotonic()):
-            log.warning("worker_overran_deadline", turn_id=handle.turn_id, pid=handle.pid)
-            self._end(apology(handle.turn_id, "timeout", turnwatch.model_calls), kill=True)
+            log.warning(
+                "worker_overran_deadline",
+                turn_id=handle.turn_id,
+                pid=handle.pid,
+                running_tool=turnwatch.running_tool,
+            )
+            self._end(self._apology("timeout"), kill=True)
         else:
             remaining = handle.deadline + turnwatch.grace_s - time.monotonic()
             self.wakeupAfter(dt.timedelta(seconds=max(0.05, remaining)), payload=handle.turn_id)
@@ -146,6 +163,11 @@ class TurnActor(ContractActor):
             self.handle.reap(block=True)
             self.handle.close()
             self.handle = None
+
+    def _apology(self, kind: str) -> Result:
+        handle, watch = self.handle, self.turnwatch
+        assert handle is not None and watch is not None
+        return apology(handle.turn_id, kind, watch.model_calls, watch.running_tool)
 
     def _end(self, result: Result, *, kill: bool) -> None:
         handle = self.handle

@@ -46,6 +46,7 @@ __all__ = [
     "ToolDefinition",
     "ToolFailure",
     "ToolResult",
+    "ToolStarted",
     "TurnRequest",
     "Usage",
     "contract",
@@ -213,6 +214,16 @@ class ToolFailure:
     name: str
     error: str
     self_coded: bool = True
+
+
+@contract("tool_started")
+@dataclass(frozen=True, slots=True)
+class ToolStarted:
+    """Worker → turn actor, before a self-coded tool runs: if the worker is killed before its
+    next frame, the tool it was running is debited a strike."""
+
+    turn_id: str
+    name: str
 
 
 @contract("turn_request")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from shelldon.contracts import Job, Result
+from shelldon.contracts import Job, Result, ToolFailure, ToolStarted
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +35,12 @@ class Violation:
     reason: str
 
 
-Verdict = Forward | Finished | Violation
+@dataclass(frozen=True, slots=True)
+class Noted:
+    """Nothing to do: the frame only told us something (a self-coded tool started)."""
+
+
+Verdict = Forward | Finished | Violation | Noted
 
 
 class TurnWatch:
@@ -48,12 +53,17 @@ class TurnWatch:
         self.grace_s = grace_s
         self.model_calls = 0
         self.done = False
+        self.running_tool = ""
 
     def on_frame(self, frame: object) -> Verdict:
         """Judge one frame from the worker."""
         if self.done:
             return Violation("the worker sent a frame after its result")
+        if isinstance(frame, ToolStarted):
+            self.running_tool = frame.name
+            return Noted()
         if isinstance(frame, Job):
+            self.running_tool = ""  # the tool before it finished: the worker moved on
             if frame.turn_id != self.turn_id:
                 return Violation(f"job for another turn ({frame.turn_id!r})")
             self.model_calls += 1
@@ -65,6 +75,7 @@ class TurnWatch:
             return Forward(replace(frame, deadline=min(frame.deadline, self.deadline)))
         if isinstance(frame, Result):
             self.done = True
+            self.running_tool = ""
             if frame.turn_id != self.turn_id:
                 return Violation(f"result for another turn ({frame.turn_id!r})")
             return Finished(frame)
@@ -88,6 +99,15 @@ APOLOGIES = {
 }
 
 
-def apology(turn_id: str, kind: str, model_calls: int = 0) -> Result:
-    """The best-effort Result the owner gets when a worker had to be stopped."""
-    return Result(turn_id=turn_id, reply=APOLOGIES[kind], model_calls=model_calls)
+def apology(turn_id: str, kind: str, model_calls: int = 0, running_tool: str = "") -> Result:
+    """The best-effort Result the owner gets when a worker had to be stopped; a self-coded tool
+    that was running when it was stopped is reported as failed (it earns a strike)."""
+    failures: tuple[ToolFailure, ...] = ()
+    reply = APOLOGIES[kind]
+    if running_tool:
+        why = {"timeout": "it ran past the turn's time limit"}.get(
+            kind, f"the worker died ({kind})"
+        )
+        failures = (ToolFailure(running_tool, f"stopped: {why}", self_coded=True),)
+        reply = f"{reply} (My tool {running_tool} was running and didn't finish.)"
+    return Result(turn_id=turn_id, reply=reply, tool_failures=failures, model_calls=model_calls)

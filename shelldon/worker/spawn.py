@@ -38,6 +38,7 @@ from shelldon.contracts import (
     JobFailed,
     Result,
     ResumeRequest,
+    ToolStarted,
     TurnRequest,
 )
 from shelldon.core.limits import ProcessLimits, apply_limits
@@ -268,6 +269,18 @@ def prepare_child(keep_fd: int, parent_pid: int, settings: Settings, turn_id: st
     structlog.contextvars.bind_contextvars(actor="worker", turn_id=turn_id)
 
 
+def channel_announce(sock: socket.socket, turn_id: str, wait_until: float) -> Callable[[str], None]:
+    """Tell the parent which self-coded tool is about to run (no answer is awaited)."""
+
+    def announce(name: str) -> None:
+        try:
+            send_frame(sock, ToolStarted(turn_id, name), wait_until)
+        except FrameError as exc:
+            log.warning("channel_failed", error=str(exc))
+
+    return announce
+
+
 def channel_ask(sock: socket.socket, turn_id: str, wait_until: float) -> Ask:
     """The loop's ``ask`` over the channel; a broken or wrong frame becomes JobFailed("channel")."""
 
@@ -332,6 +345,7 @@ def _worker_main(
     try:
         prepare_child(sock.fileno(), parent_pid, settings, turn_id)
         registry = registry_factory(settings)
+        registry.announce = channel_announce(sock, turn_id, deadline + settings.limits.kill_grace_s)
         # The parent kills at deadline + grace; waiting that long for an answer is never wrong.
         ask = channel_ask(sock, turn_id, deadline + settings.limits.kill_grace_s)
         frame = result_frame(body(registry, ask, deadline))

@@ -62,6 +62,9 @@ class Registry:
     context: ToolContext
     specs: dict[str, ToolSpec] = field(default_factory=dict)
     failures: list[ToolFailure] = field(default_factory=list)
+    # Called with a self-coded tool's name just before it runs (the worker tells its parent,
+    # so a tool that hangs until the worker is killed still gets its strike).
+    announce: Callable[[str], None] | None = None
 
     def add(self, spec: ToolSpec) -> bool:
         """Register ``spec``; a self-coded tool never shadows a built-in (logged, refused)."""
@@ -144,6 +147,8 @@ def execute_tool(registry: Registry, call: ToolCall, *, approved: bool = False) 
     problem = check_args(spec.definition.params_schema, call.args)
     if problem:
         return ToolResult(call.id, False, f"{call.name}: {problem}")
+    if spec.self_coded and registry.announce is not None:
+        registry.announce(call.name)
     try:
         output = spec.fn(registry.context, **call.args)
         if not isinstance(output, str):
