@@ -31,6 +31,7 @@ from shelldon.worker.tools import context_from_settings, selfcoded
 
 log = structlog.get_logger(__name__)
 
+TYPING_AFTER_S = 1.0
 TYPING_REFRESH_S = 4.5
 
 
@@ -89,7 +90,8 @@ class TurnActor(ContractActor):
             dt.timedelta(seconds=max(0.0, handle.deadline + lim.kill_grace_s - time.monotonic())),
             payload=turn_id,
         )
-        self._typing()
+        # A turn that answers within a second needs no "typing…"; a longer one shows it.
+        self.wakeupAfter(dt.timedelta(seconds=TYPING_AFTER_S), payload=("typing", turn_id))
 
     def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: ActorAddress) -> None:
         handle, turnwatch = self.handle, self.turnwatch

@@ -26,6 +26,11 @@ SCRIPT = [
     {"when": "note", "text": "Note saved."},
     {"when": "html", "text": "Here is <script>alert(1)</script> & more"},
     {"when": "long", "text": "\n".join(f"line {i} " + "x" * 60 for i in range(200))},
+    {
+        "when": "slow",
+        "tool_calls": [{"name": "python_eval", "args": {"code": "sum(range(3 * 10**8))"}}],
+    },
+    {"when": "slow", "text": "Slow sum done."},
 ]
 
 
@@ -55,7 +60,6 @@ def test_full_approval_round_trip(service: Service) -> None:
     ask = next(m for m in tg.fake.sent if m.buttons())
     assert "write_file" in ask.visible and "note.txt" in ask.visible
     assert "<b>hi</b> & bye" in ask.visible  # exactly what will be written, shown literally
-    assert tg.fake.chat_actions  # typing indicator while the turn ran
     assert not (service.settings.workspace / "note.txt").exists()
     tg.do(tg.fake.tap, OWNER, ask, 0)  # ✅ Approve
     tg.wait(lambda: "Note saved." in texts(tg, OWNER))
@@ -138,3 +142,15 @@ def test_a_bad_token_stops_shelldon_run_with_one_clear_line(
         assert len(fatal_lines) == 1, proc.stdout[-3000:]
     finally:
         tg.close()
+
+
+def test_a_long_turn_shows_typing_and_a_quick_one_does_not(service: Service) -> None:
+    tg = service.telegram
+    assert tg is not None
+    tg.wait(lambda: tg.fake.commands, timeout=15)
+    tg.do(tg.fake.queue_message, OWNER, "html please")
+    tg.wait(lambda: any("alert(1)" in t for t in texts(tg, OWNER)))
+    assert tg.fake.chat_actions == []
+    tg.do(tg.fake.queue_message, OWNER, "slow please")
+    tg.wait(lambda: "Slow sum done." in texts(tg, OWNER), timeout=20)
+    assert {"chat_id": OWNER, "action": "typing"} in tg.fake.chat_actions
