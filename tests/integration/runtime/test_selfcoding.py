@@ -142,7 +142,7 @@ def test_a_tool_that_keeps_failing_is_quarantined_and_restored(tmp_path: Path) -
         svc.stop()
 
 
-NAP_CODE = '''\
+NAP_CODE = """\
 import time
 
 DESCRIPTION = "Sleep a while."
@@ -152,25 +152,37 @@ PARAMS_SCHEMA = {"type": "object", "properties": {"seconds": {"type": "number"}}
 def run(seconds=0):
     time.sleep(seconds)
     return "rested"
-'''
-NAP_TEST = '''\
+"""
+NAP_TEST = """\
 from nap import run
 
 
 def test_short_nap():
     assert run(0) == "rested"
-'''
+"""
 
 
 def test_a_tool_that_hangs_until_the_worker_is_killed_still_earns_strikes(tmp_path: Path) -> None:
     script: list[dict[str, Any]] = [
-        {"when": "make", "tool_calls": [{"name": "propose_tool", "args": {
-            "name": "nap", "code": NAP_CODE, "test": NAP_TEST}}]},
+        {
+            "when": "make",
+            "tool_calls": [
+                {
+                    "name": "propose_tool",
+                    "args": {"name": "nap", "code": NAP_CODE, "test": NAP_TEST},
+                }
+            ],
+        },
         {"when": "make", "text": "Proposed."},
     ]
     script += [{"when": "nap", "tool_calls": [{"name": "nap", "args": {"seconds": 1000}}]}] * 3
-    svc = Service(tmp_path / "home", script, SHELLDON_LIMITS_TURN_TIMEOUT_S="2",
-                  SHELLDON_LIMITS_BAIL_MARGIN_S="0.5", SHELLDON_LIMITS_KILL_GRACE_S="0.5")
+    svc = Service(
+        tmp_path / "home",
+        script,
+        SHELLDON_LIMITS_TURN_TIMEOUT_S="2",
+        SHELLDON_LIMITS_BAIL_MARGIN_S="0.5",
+        SHELLDON_LIMITS_KILL_GRACE_S="0.5",
+    )
     try:
         svc.say("make a tool")
         svc.expect("[y/N]", timeout=30)
