@@ -4,33 +4,19 @@ back exactly once when the owner decides, auditing the exact call either way."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import structlog
 from thespian.actors import ActorAddress
 
-from actors.base import ContractActor
-from actors.messages import ApprovalTaken, AskOwner, ParkApproval, TakeApproval, Wire
-from shelldon.config import Settings
+from actors.messages import ApprovalTaken, AskOwner, ParkApproval, TakeApproval
+from actors.wired import WiredActor
 from shelldon.contracts import ContractError, RequestToolApproval, decode, encode
-from shelldon.core.history import Store
 
 log = structlog.get_logger(__name__)
 
 
-class ApprovalStoreActor(ContractActor):
+class ApprovalStoreActor(WiredActor):
     """Owns pending_approvals: park, take, audit."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.settings: Settings | None = None
-        self.peers: dict[str, Any] = {}
-        self.store: Store | None = None
-
-    def receiveMsg_Wire(self, msg: Wire, sender: ActorAddress) -> None:
-        self.settings, self.peers = msg.settings, msg.peers
-        if self.store is None:
-            self.store = Store(msg.settings.database)
 
     def receiveMsg_ParkApproval(self, msg: ParkApproval, sender: ActorAddress) -> None:
         assert self.store is not None and self.settings is not None

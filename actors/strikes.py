@@ -4,32 +4,18 @@ tells the supervisor when a tool reaches the threshold."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import structlog
 from thespian.actors import ActorAddress
 
-from actors.base import ContractActor
-from actors.messages import QuarantineDue, StrikeTools, Wire
-from shelldon.config import Settings
-from shelldon.core.history import Store
+from actors.messages import QuarantineDue, StrikeTools
+from actors.wired import WiredActor
 
 log = structlog.get_logger(__name__)
 
 
-class StrikeLedgerActor(ContractActor):
+class StrikeLedgerActor(WiredActor):
     """Owns tool_health."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.settings: Settings | None = None
-        self.peers: dict[str, Any] = {}
-        self.store: Store | None = None
-
-    def receiveMsg_Wire(self, msg: Wire, sender: ActorAddress) -> None:
-        self.settings, self.peers = msg.settings, msg.peers
-        if self.store is None:
-            self.store = Store(msg.settings.database)
 
     def receiveMsg_StrikeTools(self, msg: StrikeTools, sender: ActorAddress) -> None:
         assert self.store is not None and self.settings is not None

@@ -24,8 +24,8 @@ import structlog
 from shelldon.broker.provider import (
     Backoff,
     ProviderError,
-    call_with_retries,
     clip,
+    complete_logged,
     parse_retry_after,
     scrub,
 )
@@ -314,24 +314,14 @@ class AnthropicProvider:
             request["system"] = system
         if wire_tools:
             request["tools"] = wire_tools
-        started = time.perf_counter()
-        completion = await call_with_retries(
+        return await complete_logged(
             lambda timeout_s: self._attempt(request, timeout_s),
             deadline=deadline,
             what="anthropic.messages",
             backoff=self.backoff,
-        )
-        log.info(
-            "provider.completion",
             provider=self.name,
             model=self.model,
-            input_tokens=completion.usage.input_tokens,
-            output_tokens=completion.usage.output_tokens,
-            tool_calls=len(completion.tool_calls),
-            truncated=completion.truncated,
-            ms=round((time.perf_counter() - started) * 1000, 1),
         )
-        return completion
 
     async def _attempt(self, request: dict[str, Any], timeout_s: float) -> Completion:
         client = self._client_here()

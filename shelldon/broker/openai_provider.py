@@ -30,8 +30,8 @@ import structlog
 from shelldon.broker.provider import (
     Backoff,
     ProviderError,
-    call_with_retries,
     clip,
+    complete_logged,
     parse_retry_after,
     scrub,
 )
@@ -319,24 +319,14 @@ class OpenAIProvider:
         if not messages:
             raise ProviderError("bad_request", "nothing to send: the conversation has no message")
         body = json.dumps(self.build_request(messages, tools)).encode()
-        started = time.perf_counter()
-        completion = await call_with_retries(
+        return await complete_logged(
             lambda timeout_s: self._attempt(body, timeout_s),
             deadline=deadline,
             what="openai.chat_completions",
             backoff=self.backoff,
-        )
-        log.info(
-            "provider.completion",
             provider=self.name,
             model=self.model,
-            input_tokens=completion.usage.input_tokens,
-            output_tokens=completion.usage.output_tokens,
-            tool_calls=len(completion.tool_calls),
-            truncated=completion.truncated,
-            ms=round((time.perf_counter() - started) * 1000, 1),
         )
-        return completion
 
     async def _attempt(self, body: bytes, timeout_s: float) -> Completion:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}

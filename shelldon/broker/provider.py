@@ -154,6 +154,31 @@ def remaining_budget(deadline: float, clock: Callable[[], float] = time.monotoni
     return left
 
 
+async def complete_logged(
+    attempt: Callable[[float], Awaitable[Completion]],
+    *,
+    deadline: float,
+    what: str,
+    backoff: Backoff,
+    provider: str,
+    model: str,
+) -> Completion:
+    """``call_with_retries`` for one completion, logging what it cost (the adapters share it)."""
+    started = time.perf_counter()
+    completion = await call_with_retries(attempt, deadline=deadline, what=what, backoff=backoff)
+    log.debug(
+        "provider.completion",
+        provider=provider,
+        model=model,
+        input_tokens=completion.usage.input_tokens,
+        output_tokens=completion.usage.output_tokens,
+        tool_calls=len(completion.tool_calls),
+        truncated=completion.truncated,
+        ms=round((time.perf_counter() - started) * 1000, 1),
+    )
+    return completion
+
+
 async def call_with_retries(
     attempt: Callable[[float], Awaitable[T]],
     *,
