@@ -158,3 +158,23 @@ def test_chat_messages_past_the_queue_bound_get_busy(tmp_path: Path) -> None:
         assert "dropped this one" in chunk
     finally:
         svc.stop()
+
+
+def test_a_restart_finds_every_parked_approval(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    svc = Service(home, FREE_TURN + RISKY)
+    try:
+        svc.say("save a note")
+        svc.expect("[y/N]")
+        (parked,) = svc.store.pending()
+    finally:
+        svc.stop()
+    svc = Service(home, RISKY[1:])  # the resumed turn needs only the model's final answer
+    try:
+        assert [p.turn_id for p in svc.store.pending()] == [parked.turn_id]
+        svc.inject(Decision(0, 0, parked.turn_id, True))
+        svc.expect("Approved")
+        svc.expect("Note saved.")
+        assert (svc.settings.workspace / "note.txt").read_text() == "hi"
+    finally:
+        svc.stop()
