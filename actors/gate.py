@@ -63,7 +63,7 @@ class GateRunnerActor(ContractActor):
         self.settings, self.peers = msg.settings, msg.peers
         if self.store is None:
             self.store = Store(msg.settings.database)
-        self.selfcode = SelfCode(msg.settings.workspace, msg.settings.limits)
+        self.selfcode = SelfCode(msg.settings.workspace, msg.settings.limits, msg.settings.sandbox)
 
     def receiveMsg_GateTool(self, msg: GateTool, sender: ActorAddress) -> None:
         self.queue.append(msg)

@@ -218,10 +218,18 @@ class Fatal:
 
 @dataclass(frozen=True, slots=True)
 class Status:
-    """Supervisor's answer to Ping from the main process: ready, and why it must stop if so."""
+    """Supervisor's answer to Ping from the main process: ready, and why it must stop if so;
+    ``polling`` once the transport takes updates (the cue for systemd's READY=1)."""
 
     ready: bool
     fatal: str = ""
     exit_status: int = 0
     restarts: int = 0
     peers: dict[str, Any] = field(default_factory=dict)
+    polling: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TransportPolling:
+    """Transport → supervisor: the transport is taking updates (Telegram: past its first
+    round trip, command registration; console: session open)."""

@@ -4,6 +4,7 @@ signal (or the end of a console session, or a fatal error), and stop everything 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import select
 import signal
@@ -17,6 +18,7 @@ from actors.hardening import TRUSTED
 from actors.messages import Boot, Ping, Status
 from actors.system import start_actor_system, stop_actor_system
 from shelldon.config import Settings
+from shelldon.sdnotify import Notifier
 
 log = structlog.get_logger(__name__)
 
@@ -55,6 +57,9 @@ def run_service(
     status (0 on a clean stop)."""
     from actors.supervisor import SupervisorActor
 
+    # Before the actor system forks: only this process speaks to systemd.
+    notifier = Notifier.from_environ()
+    notifier.status("starting the actors")
     trust_runtime_classes()
     settings.home.mkdir(parents=True, exist_ok=True)
     settings.workspace.mkdir(parents=True, exist_ok=True)
@@ -65,6 +70,14 @@ def run_service(
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     started = time.monotonic()
+    if transport == "telegram":
+        # Imported once here, the HTTP stack is shared by the transport and the broker
+        # instead of being a private copy in each.
+        import shelldon.transport.telegram_link  # noqa: F401
+    # Objects that exist now are never collected again: a collection in each forked actor
+    # would otherwise touch (and copy) every page holding them.
+    gc.collect()
+    gc.freeze()
     running = start_actor_system(admin_port=settings.actors.admin_port, base=settings.actors.base)
     status = 1
     try:
@@ -81,32 +94,58 @@ def run_service(
         log.info(
             "service_ready", ms=round((time.monotonic() - started) * 1000, 1), transport=transport
         )
-        status = _wait(asys, supervisor, console, stop)
+        notifier.status("waiting for the transport")
+        status = _wait(asys, supervisor, console, stop, notifier)
     finally:
+        notifier.stopping("stopping")
         stop_actor_system(running)
+        notifier.close()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return status
 
 
-def _wait(asys: Any, supervisor: Any, console: Console | None, stop: dict[str, int]) -> int:
-    next_health = time.monotonic() + HEALTH_EVERY_S
+def health_every_s(watchdog_s: float | None) -> float:
+    """How often the main process pings the supervisor: every ``HEALTH_EVERY_S``, and at least
+    three times per systemd watchdog interval (so one slow answer does not trip it)."""
+    if watchdog_s is None:
+        return HEALTH_EVERY_S
+    return max(0.05, min(HEALTH_EVERY_S, watchdog_s / 3))
+
+
+def _wait(
+    asys: Any, supervisor: Any, console: Console | None, stop: dict[str, int], notifier: Notifier
+) -> int:
+    every = health_every_s(notifier.watchdog_s)
+    polling = False
+    next_health = time.monotonic()
     while not stop["signal"]:
+        tick = min(0.2, every)
         if console is not None:
             with contextlib.suppress(InterruptedError):
-                ready, _, _ = select.select([console.done_r], [], [], 0.2)
+                ready, _, _ = select.select([console.done_r], [], [], tick)
                 if ready:
                     return 0
         else:
-            time.sleep(0.2)
-        if time.monotonic() >= next_health:
-            next_health = time.monotonic() + HEALTH_EVERY_S
-            status = asys.ask(supervisor, Ping(), ASK_TIMEOUT_S)
-            if isinstance(status, Status) and status.fatal:
-                log.error("service_stopping_fatal", reason=status.fatal)
-                return status.exit_status or 1
-            if status is None:
-                log.error("supervisor_unresponsive")
-                return 1
+            time.sleep(tick)
+        # Until the transport polls, ask every tick: READY=1 should follow it closely.
+        if polling and time.monotonic() < next_health:
+            continue
+        next_health = time.monotonic() + every
+        status = asys.ask(supervisor, Ping(), ASK_TIMEOUT_S)
+        if isinstance(status, Status) and status.fatal:
+            log.error("service_stopping_fatal", reason=status.fatal)
+            return status.exit_status or 1
+        if status is None:
+            log.error("supervisor_unresponsive")
+            return 1
+        if not isinstance(status, Status):
+            # No WATCHDOG=1 without a healthy answer: systemd restarts a wedged service.
+            continue
+        notifier.watchdog()
+        if status.polling and not polling:
+            polling = True
+            notifier.ready("running")
+            log.info("service_polling", watchdog_s=notifier.watchdog_s, health_every_s=every)
     log.info("service_stopping", signal=stop["signal"])
     return 0

@@ -23,6 +23,7 @@ from actors.messages import (
     QuarantineDue,
     Reply,
     Status,
+    TransportPolling,
     Wire,
 )
 from actors.strikes import StrikeLedgerActor
@@ -58,6 +59,7 @@ class SupervisorActor(ContractActor):
         self.fatal: Fatal | None = None
         self.stopping = False
         self.store: Store | None = None
+        self.polling = False
 
     def receiveMsg_Boot(self, msg: Boot, sender: ActorAddress) -> None:
         if self.boot is not None:
@@ -97,10 +99,14 @@ class SupervisorActor(ContractActor):
             exit_status=fatal.exit_status if fatal else 0,
             restarts=sum(self.restarts.values()),
             peers=dict(self.children),
+            polling=self.polling,
         )
 
     def receiveMsg_Ping(self, msg: Ping, sender: ActorAddress) -> None:
         self.send(sender, self._status())
+
+    def receiveMsg_TransportPolling(self, msg: TransportPolling, sender: ActorAddress) -> None:
+        self.polling = True
 
     def receiveMsg_Fatal(self, msg: Fatal, sender: ActorAddress) -> None:
         log.error("service_fatal", reason=msg.reason, exit_status=msg.exit_status)

@@ -6,19 +6,31 @@ so a long poll never blocks sending) and the console (``shelldon chat`` / ``shel
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
 import time
 from typing import Any
 
 import structlog
-from thespian.actors import ActorAddress, ActorExitRequest, WatchMessage
+from thespian.actors import ActorAddress, ActorExitRequest, WakeupMessage, WatchMessage
 
 from actors.base import ContractActor
 from actors.bridge import AsyncBridge
-from actors.messages import AskOwner, Fatal, Idle, InboxChanged, Reply, Settle, Typing, Wire
+from actors.messages import (
+    AskOwner,
+    Fatal,
+    Idle,
+    InboxChanged,
+    Reply,
+    Settle,
+    TransportPolling,
+    Typing,
+    Wire,
+)
 from shelldon.config import Settings
 from shelldon.contracts import Decision, InboundMessage, encode
+from shelldon.core.arbiter import command_of
 from shelldon.core.history import Store
 from shelldon.transport.console import ConsoleSession, Prompt, format_reply, format_you
 
@@ -40,6 +52,8 @@ class TransportActor(ContractActor):
         self.in_buffer = b""
         self.asked: dict[str, bool] = {}
         self.retry: list[Decision] = []
+        self.awaiting = 0  # chat lines typed whose turn has not ended yet
+        self.input_closed = False
         # telegram
         self.bridge: AsyncBridge | None = None
         self.telegram: Any = None
@@ -52,6 +66,7 @@ class TransportActor(ContractActor):
         if msg.transport == "console":
             self.store = Store(msg.settings.database)
             self._start_console(msg)
+            self.send(self.peers["supervisor"], TransportPolling())
         else:
             self._start_telegram(msg.settings)
 
@@ -106,7 +121,11 @@ class TransportActor(ContractActor):
         if not data:
             self.unwatch(self.in_fd)
             if not self.session.scripted:
-                self._finish_console()
+                # End of input: let the turns already typed finish (unless one waits for a
+                # decision nobody can type now), and give a command's answer a moment.
+                self.input_closed = True
+                if not self.awaiting or self.session.prompts:
+                    self.wakeupAfter(dt.timedelta(seconds=0.3), payload="console-done")
             return
         self.in_buffer += data
         while b"\n" in self.in_buffer:
@@ -115,6 +134,8 @@ class TransportActor(ContractActor):
             if event is not None and not (
                 self.session.scripted and isinstance(event, InboundMessage)
             ):
+                if isinstance(event, InboundMessage) and not command_of(event.text):
+                    self.awaiting += 1
                 self._console_handoff(event)
 
     # ---------------------------------------------------------------- telegram
@@ -140,6 +161,8 @@ class TransportActor(ContractActor):
         for tag, _value, error in self.bridge.drain():
             if tag == "inbox":
                 self.send(self.peers["arbiter"], InboxChanged())
+            elif tag == "polling":
+                self.send(self.peers["supervisor"], TransportPolling())
             elif error is None:
                 continue
             elif tag == "poller":
@@ -214,10 +237,18 @@ class TransportActor(ContractActor):
     def receiveMsg_Idle(self, msg: Idle, sender: ActorAddress) -> None:
         if self.session is None:
             return
+        self.awaiting = max(0, self.awaiting - 1)
+        if self.input_closed and not self.awaiting:
+            self._finish_console()
+            return
         if self.retry:
             self._console_handoff(self.retry.pop(0))
         elif self.session.on_idle():
             self._story_next()
+
+    def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: ActorAddress) -> None:
+        if msg.payload == "console-done":
+            self._finish_console()
 
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: ActorAddress) -> None:
         if self.bridge is not None:

@@ -22,7 +22,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from shelldon.doctor import run_doctor
 
     settings = _load(args)
-    return run_doctor(settings, sys.stdout)
+    for_run = None if args.purpose is None else args.purpose == "run"
+    return run_doctor(settings, sys.stdout, for_run=for_run)
 
 
 def _console_fds() -> Any:
@@ -96,6 +97,48 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return status
 
 
+def cmd_tools(args: argparse.Namespace) -> int:
+    """List, show, restore, export or import self-coded tools (see ``shelldon.toolbox``)."""
+    from shelldon.logs import configure_logging
+    from shelldon.toolbox import ToolsRequest, run_tools
+
+    settings = _load(args)
+    # Keep the terminal for the answers and the [y/N] prompts; events go to the log file.
+    log_dir = settings.home / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(log_dir / "shelldon.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    # Left open: the loggers hold it until this short-lived process exits.
+    log_file = open(fd, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+    configure_logging(actor="cli", home=settings.home, stream=log_file)
+    request = ToolsRequest(
+        action=args.tools_command or "list",
+        name=getattr(args, "name", ""),
+        file=getattr(args, "file", ""),
+        yes=getattr(args, "yes", False),
+        replace=getattr(args, "replace", False),
+        force=getattr(args, "force", False),
+    )
+    return run_tools(settings, request, sys.stdin, sys.stdout, sys.stderr)
+
+
+def _add_tools_parser(sub: Any) -> None:
+    tools = sub.add_parser("tools", help="list, show, restore, export or import self-coded tools")
+    actions = tools.add_subparsers(dest="tools_command", metavar="ACTION")
+    actions.add_parser("list", help="live, staged and quarantined tools with strikes (default)")
+    show = actions.add_parser("show", help="a tool's description, schema, hash, strikes, code")
+    show.add_argument("name", metavar="NAME")
+    restore = actions.add_parser("restore", help="bring a quarantined tool back, strikes reset")
+    restore.add_argument("name", metavar="NAME")
+    export = actions.add_parser("export", help="write the live tools and their tests to FILE")
+    export.add_argument("file", metavar="FILE", help="the archive to write (tar.gz)")
+    export.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    imp = actions.add_parser("import", help="gate each tool in FILE and ask before adding it")
+    imp.add_argument("file", metavar="FILE", help="an archive made by 'shelldon tools export'")
+    imp.add_argument("--yes", action="store_true", help="add every tool whose gate passes")
+    imp.add_argument("--replace", action="store_true", help="replace live tools of the same name")
+    tools.set_defaults(func=cmd_tools)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (kept separate so tests can inspect it)."""
     parser = argparse.ArgumentParser(
@@ -107,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     doctor = sub.add_parser("doctor", help="check config, secrets, sandbox, limits")
+    doctor.add_argument(
+        "--for",
+        dest="purpose",
+        choices=("run", "chat"),
+        help="check for `shelldon run` (token, allowed_users required; the default once a "
+        "config file exists) or for `chat`",
+    )
     doctor.set_defaults(func=cmd_doctor)
     sub.add_parser("run", help="run the service (Telegram)").set_defaults(func=cmd_run)
     sub.add_parser("chat", help="chat in this terminal").set_defaults(func=cmd_chat)
@@ -114,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--yes", action="store_true", help="answer every approval with yes")
     demo.add_argument("--home", help="home for the demo (default: a fresh temporary one)")
     demo.set_defaults(func=cmd_demo)
+    _add_tools_parser(sub)
     return parser
 
 
@@ -121,6 +172,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command in ("run", "chat", "demo"):
+        from shelldon.secrets import reexec_without_env_secrets
+
+        reexec_without_env_secrets(list(sys.argv[1:] if argv is None else argv))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -20,6 +20,7 @@ from typing import Any
 
 PROVIDERS = ("anthropic", "openai", "scripted")
 SANDBOX_MODES = ("required", "best-effort", "off")
+SANDBOX_FS_LAYERS = ("auto", "landlock", "userns", "none")
 ACTOR_BASES = ("multiprocTCPBase", "simpleSystemBase")
 
 
@@ -87,6 +88,12 @@ class SandboxSettings:
     """Kernel confinement mode: required, best-effort or off."""
 
     mode: str = "best-effort"
+    # auto picks the strongest filesystem layer; landlock|userns|none forces one (tests).
+    fs: str = "auto"
+    # A cgroup v2 directory for per-turn cgroups; empty: the systemd-delegated one, if any.
+    cgroup: str = ""
+    memory_max_mb: int = 256
+    pids_max: int = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +205,9 @@ def _validate(s: Settings) -> None:
         raise ConfigError(
             "sandbox.mode", f"{s.sandbox.mode!r} is not one of {', '.join(SANDBOX_MODES)}"
         )
+    if s.sandbox.fs not in SANDBOX_FS_LAYERS:
+        layers = ", ".join(SANDBOX_FS_LAYERS)
+        raise ConfigError("sandbox.fs", f"{s.sandbox.fs!r} is not one of {layers}")
     if not s.telegram.api_base.startswith(("http://", "https://")):
         raise ConfigError("telegram.api_base", "must start with http:// or https://")
     if s.brain.base_url and not s.brain.base_url.startswith(("http://", "https://")):
@@ -224,6 +234,8 @@ def _validate(s: Settings) -> None:
         "limits.history_chars": lim.history_chars,
         "brain.max_tokens": s.brain.max_tokens,
         "telegram.poll_timeout_s": s.telegram.poll_timeout_s,
+        "sandbox.memory_max_mb": s.sandbox.memory_max_mb,
+        "sandbox.pids_max": s.sandbox.pids_max,
     }
     for key, value in positives.items():
         if value <= 0:

@@ -1,19 +1,28 @@
 """``shelldon doctor``: checks a person can read, one line each, and an exit status.
 
 It grows with each capability (sandbox layers, limits, systemd). Secrets are reported as found
-or missing with where they came from — never their values.
+or missing with where they came from — never their values. Checked "for run" (the default once
+a config file exists, or ``--for run``), a missing bot token, a malformed one and an empty
+``allowed_users`` are failures: the service could not do its job.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
+import re
+import resource
+import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO
 
 from shelldon import __version__
 from shelldon.config import Settings
+from shelldon.core import sandbox
 from shelldon.secrets import SecretMissingError, find_secret
 
 
@@ -36,8 +45,179 @@ def _needed_secrets(settings: Settings) -> list[str]:
     return needed
 
 
-def gather_checks(settings: Settings) -> list[Check]:
-    """Every check, in display order."""
+UNIT_PATH = Path("/etc/systemd/system/shelldon.service")
+"""Where ``deploy/install.sh`` puts the unit."""
+
+MAX_EXPOSURE = 2.0
+"""The highest ``systemd-analyze security`` exposure the unit may have."""
+
+DEFAULT_MEMORY_MAX_MB = 400
+"""The unit's ``MemoryMax=`` when no unit is installed to read it from."""
+
+PEAK_BUDGET_MB = 150
+"""The service's peak PSS budget during a turn (DESIGN.md); less available memory is a warning."""
+
+TELEGRAM_TOKEN_SHAPE = re.compile(r"^[0-9]{3,20}:[A-Za-z0-9_-]{30,64}$")
+"""What @BotFather hands out: the bot's numeric id, a colon, ~35 URL-safe characters."""
+
+LANDLOCK_CREATE_RULESET_SYSCALL = 444
+"""``landlock_create_ruleset``: the same number on every architecture (new syscall table)."""
+
+LANDLOCK_CREATE_RULESET_VERSION = 1
+"""Flag asking ``landlock_create_ruleset`` for the highest ABI version instead of a ruleset."""
+
+
+def landlock_abi_version() -> int:
+    """The kernel's Landlock ABI version, 0 when it has none (or the syscall is filtered)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        version = libc.syscall(
+            ctypes.c_long(LANDLOCK_CREATE_RULESET_SYSCALL),
+            None,
+            ctypes.c_size_t(0),
+            ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION),
+        )
+    except (OSError, AttributeError):
+        return 0
+    return int(version) if version > 0 else 0
+
+
+def _landlock_check() -> Check:
+    abi = landlock_abi_version()
+    if abi:
+        return Check("landlock", True, f"ABI {abi}", required=False)
+    # Raspberry Pi OS's stock kernel has no Landlock; the sandbox falls back to other layers.
+    return Check("landlock", False, "not available (other sandbox layers are used)", False)
+
+
+def _rlimit_check(settings: Settings) -> Check:
+    wanted = {
+        "RLIMIT_AS": (resource.RLIMIT_AS, settings.limits.rlimit_as_mb * 1024 * 1024),
+        "RLIMIT_CPU": (resource.RLIMIT_CPU, settings.limits.rlimit_cpu_s),
+    }
+    refused = []
+    for name, (which, value) in wanted.items():
+        _soft, hard = resource.getrlimit(which)
+        if hard != resource.RLIM_INFINITY and value > hard:
+            refused.append(f"{name} {value} above the hard limit {hard}")
+    if refused:
+        return Check("rlimits", False, "; ".join(refused))
+    return Check(
+        "rlimits",
+        True,
+        f"RLIMIT_AS {settings.limits.rlimit_as_mb} MB, RLIMIT_CPU {settings.limits.rlimit_cpu_s} s "
+        "can be applied to workers",
+    )
+
+
+def read_meminfo(path: Path = Path("/proc/meminfo")) -> dict[str, int]:
+    """``/proc/meminfo`` in KiB per field (empty when unreadable)."""
+    out: dict[str, int] = {}
+    try:
+        text = path.read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            out[key] = int(parts[0])
+    return out
+
+
+def unit_memory_max_mb(unit_text: str) -> int | None:
+    """``MemoryMax=`` of a unit file in MiB (K/M/G suffixes), or None when it has none."""
+    found = re.findall(r"^MemoryMax=([0-9]+)([KMG]?)\s*$", unit_text, re.MULTILINE)
+    if not found:
+        return None
+    number, suffix = found[-1]
+    scale = {"": 1 / (1024 * 1024), "K": 1 / 1024, "M": 1, "G": 1024}[suffix]
+    return int(int(number) * scale)
+
+
+def _memory_check(unit_text: str | None, meminfo: dict[str, int]) -> Check:
+    cap = (unit_memory_max_mb(unit_text) if unit_text else None) or DEFAULT_MEMORY_MAX_MB
+    if "MemAvailable" not in meminfo:
+        return Check("memory", False, "cannot read /proc/meminfo", required=False)
+    available = meminfo["MemAvailable"] // 1024
+    total = meminfo.get("MemTotal", 0) // 1024
+    detail = f"{available} MB available of {total} MB; MemoryMax {cap} MB"
+    if available < PEAK_BUDGET_MB:
+        detail += f": below the {PEAK_BUDGET_MB} MB a turn may need"
+        return Check("memory", False, detail, required=False)
+    if total and total < cap:
+        detail += " (above the RAM: the kernel's OOM killer acts before the cap)"
+    return Check("memory", True, detail, required=False)
+
+
+def exposure_score(unit: Path) -> tuple[float | None, str]:
+    """``systemd-analyze security --offline=true`` overall exposure of ``unit``, or None and why."""
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        return None, "systemd-analyze not found"
+    try:
+        proc = subprocess.run(
+            [tool, "security", "--offline=true", "--no-pager", str(unit)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"systemd-analyze failed: {exc}"
+    match = re.search(r"Overall exposure level for \S+: ([0-9.]+)", proc.stdout)
+    if match is None:
+        return None, f"systemd-analyze gave no score: {(proc.stderr or proc.stdout)[-200:]}"
+    return float(match.group(1)), ""
+
+
+def _unit_state() -> str:
+    """ ", enabled, active" as systemd sees the unit, when systemd runs this machine."""
+    tool = shutil.which("systemctl")
+    if tool is None or not Path("/run/systemd/system").is_dir():
+        return ""
+    states = []
+    for verb in ("is-enabled", "is-active"):
+        try:
+            proc = subprocess.run(
+                [tool, verb, "shelldon.service"], capture_output=True, text=True, timeout=10
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        states.append(proc.stdout.strip() or "unknown")
+    return "".join(f", {state}" for state in states)
+
+
+def _systemd_checks(unit: Path) -> list[Check]:
+    if not unit.exists():
+        if shutil.which("systemctl") is None:
+            return [Check("systemd unit", True, "no systemd here", required=False)]
+        return [Check("systemd unit", False, f"not installed at {unit} (deploy/install.sh)", False)]
+    checks = [Check("systemd unit", True, f"installed at {unit}{_unit_state()}", required=False)]
+    score, why = exposure_score(unit)
+    if score is None:
+        checks.append(Check("unit exposure", False, why, required=False))
+    else:
+        ok = score <= MAX_EXPOSURE
+        checks.append(Check("unit exposure", ok, f"{score} (limit {MAX_EXPOSURE})"))
+    return checks
+
+
+def _token_shape_check(settings: Settings, for_run: bool) -> Check | None:
+    try:
+        found = find_secret("telegram_token", settings.vault)
+    except SecretMissingError:
+        return None  # already reported as unreadable
+    if found is None:
+        return None
+    ok = bool(TELEGRAM_TOKEN_SHAPE.match(found[0]))
+    detail = "looks like a bot token" if ok else "does not look like <bot id>:<35 characters>"
+    return Check("telegram token shape", ok, detail, required=for_run)
+
+
+def gather_checks(
+    settings: Settings, *, for_run: bool = False, unit: Path = UNIT_PATH
+) -> list[Check]:
+    """Every check, in display order; ``for_run`` makes what ``shelldon run`` needs required."""
     checks = [
         Check("shelldon", True, __version__),
         Check(
@@ -77,22 +257,41 @@ def gather_checks(settings: Settings) -> list[Check]:
                 detail, ok = "missing (needed by `shelldon run`)", False
             else:
                 detail, ok = "not needed by the configured provider", True
-            checks.append(Check(f"secret {name}", ok, detail, required=name in needed))
+            required = name in needed or (for_run and name == "telegram_token")
+            checks.append(Check(f"secret {name}", ok, detail, required=required))
+    shape = _token_shape_check(settings, for_run)
+    if shape is not None:
+        checks.append(shape)
     users = settings.telegram.allowed_users
     checks.append(
         Check(
             "telegram.allowed_users",
             bool(users),
             ", ".join(map(str, users)) if users else "empty: nobody can talk to the pet",
-            required=False,
+            required=for_run,
         )
     )
+    checks.append(_landlock_check())
+    checks.extend(
+        # A layer is required only where [sandbox] mode = required demands it at start.
+        Check(f"sandbox {name}", active, detail, required=sandbox.required_layer(settings, name))
+        for name, active, detail in sandbox.describe(settings)
+    )
+    checks.append(_rlimit_check(settings))
+    unit_text = unit.read_text(errors="replace") if unit.is_file() else None
+    checks.append(_memory_check(unit_text, read_meminfo()))
+    checks.extend(_systemd_checks(unit))
     return checks
 
 
-def run_doctor(settings: Settings, out: TextIO) -> int:
-    """Print the checks; 0 when every required check passed, else 1."""
-    checks = gather_checks(settings)
+def run_doctor(
+    settings: Settings, out: TextIO, *, for_run: bool | None = None, unit: Path = UNIT_PATH
+) -> int:
+    """Print the checks; 0 when every required check passed, else 1. ``for_run`` defaults to
+    whether a config file is in use (a configured machine is meant to run the service)."""
+    if for_run is None:
+        for_run = settings.config_path is not None
+    checks = gather_checks(settings, for_run=for_run, unit=unit)
     width = max(len(c.name) for c in checks)
     for c in checks:
         mark = "ok " if c.ok else ("FAIL" if c.required else "warn")

@@ -8,7 +8,10 @@ A secret file holds one value; surrounding whitespace is stripped. Values are ne
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import sys
 from collections.abc import MutableMapping
 from pathlib import Path
 
@@ -26,9 +29,57 @@ class SecretMissingError(RuntimeError):
     """A secret the configuration needs was found nowhere; the message says where to put it."""
 
 
+SECRETS_FD_VAR = "SHELLDON_SECRETS_FD"
+"""Names the pipe through which a re-exec'd shelldon receives the environment's secrets."""
+
+
+def reexec_without_env_secrets(argv: list[str]) -> None:
+    """If a secret arrived in the environment, start shelldon again without it (never returns).
+
+    Removing a variable from ``os.environ`` does not wipe the process's initial environment
+    block, which every fork inherits and anyone can read in ``/proc/<pid>/environ``. So the
+    values travel through a pipe to a fresh exec whose environment never held them.
+    """
+    found = {var: os.environ[var] for var in SECRET_ENV.values() if os.environ.get(var)}
+    if not found:
+        return
+    read_end, write_end = os.pipe()
+    os.write(write_end, json.dumps(found).encode())
+    os.close(write_end)
+    os.set_inheritable(read_end, True)
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV.values()}
+    env[SECRETS_FD_VAR] = str(read_end)
+    os.execve(sys.executable, [sys.executable, "-m", "shelldon", *argv], env)  # noqa: S606 - argv is ours
+
+
+def _take_piped_secrets(env: MutableMapping[str, str]) -> None:
+    raw_fd = env.pop(SECRETS_FD_VAR, None)
+    if raw_fd is None or not raw_fd.isdigit():
+        return
+    fd = int(raw_fd)
+    chunks = []
+    try:
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except OSError:
+        return
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    try:
+        piped = json.loads(b"".join(chunks) or b"{}")
+    except ValueError:
+        return
+    for name, var in SECRET_ENV.items():
+        value = piped.get(var)
+        if isinstance(value, str) and value.strip():
+            _env_taken[name] = value.strip()
+
+
 def take_env_secrets(environ: MutableMapping[str, str] | None = None) -> None:
     """Move secret environment variables out of the environment (so no fork inherits them)."""
     env = os.environ if environ is None else environ
+    _take_piped_secrets(env)
     for name, var in SECRET_ENV.items():
         value = env.pop(var, None)
         if value is not None and value.strip():

@@ -47,7 +47,8 @@ from typing import Any
 
 import structlog
 
-from shelldon.config import LimitsSettings
+from shelldon.config import LimitsSettings, SandboxSettings
+from shelldon.core import sandbox
 from shelldon.core.limits import ProcessLimits, preexec_with_limits
 from shelldon.core.manifest import code_hash, parse_module, read_declaration
 
@@ -94,15 +95,19 @@ class GateLimits:
     address_space_mb: int = 1024
     cpu_s: int = 30
     max_output_chars: int = 16000
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
 
     @classmethod
-    def from_settings(cls, limits: LimitsSettings) -> GateLimits:
-        """The gate's bounds from ``[limits]``."""
+    def from_settings(
+        cls, limits: LimitsSettings, sandbox_settings: SandboxSettings | None = None
+    ) -> GateLimits:
+        """The gate's bounds from ``[limits]``, confined as ``[sandbox]`` says."""
         return cls(
             timeout_s=limits.gate_timeout_s,
             address_space_mb=limits.rlimit_as_mb,
             cpu_s=limits.rlimit_cpu_s,
             max_output_chars=limits.max_tool_output_chars,
+            sandbox=sandbox_settings or SandboxSettings(),
         )
 
 
@@ -453,6 +458,7 @@ class GateRun:
         self._output = _Output(limits.max_output_chars)
         self._report: GateReport | None = None
         self.output_closed = False
+        self._cgroup: sandbox.TurnCgroup | None = None
 
     @property
     def pid(self) -> int | None:
@@ -493,6 +499,19 @@ class GateRun:
             argv += ["-p", f"no:{plugin}"]
         argv.append(test.name)
         limits = ProcessLimits(self._limits.address_space_mb, self._limits.cpu_s)
+        # Kernel confinement in the child before exec: read-write only on the staging dir (its
+        # private dir inside), no IP sockets, no ptrace; its own cgroup where one can be made.
+        self._cgroup = sandbox.open_turn_cgroup(
+            self._limits.sandbox, f"shelldon-gate-{os.getpid()}-{private.name.lstrip('.')}"
+        )
+        confined = sandbox.gate_preexec(
+            self._limits.sandbox,
+            staging,
+            private,
+            _package_dirs(),
+            then=preexec_with_limits(limits),
+            cgroup=self._cgroup,
+        )
         self._proc = subprocess.Popen(
             argv,
             cwd=staging,
@@ -501,7 +520,7 @@ class GateRun:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=preexec_with_limits(limits),  # noqa: PLW1509 - RLIMITs need it
+            preexec_fn=confined,  # noqa: PLW1509 - RLIMITs and the sandbox need it
             close_fds=True,
         )
         assert self._proc.stdout is not None
@@ -546,6 +565,8 @@ class GateRun:
 
     def _kill_group(self) -> None:
         assert self._proc is not None
+        if self._cgroup is not None:
+            self._cgroup.kill()  # stragglers that left the process group die too
         if self._proc.returncode is None:
             # The leader is unreaped (maybe a zombie), so the group id cannot have been reused.
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -659,6 +680,8 @@ class GateRun:
             findings += more
         if self._private is not None:
             shutil.rmtree(self._private, ignore_errors=True)
+        if self._cgroup is not None:
+            self._cgroup.close()
         report = GateReport(
             name=self.name,
             passed=not findings,

@@ -5,6 +5,7 @@
     <workspace>/tools/             live: <stem>.py + manifest.json, discovered FREE by workers
     <workspace>/tools-staging/     <stem>.py + test_<stem>.py awaiting the gate and the owner
     <workspace>/tools-quarantine/  <stem>.py (+ <stem>.reason) pulled after repeated failures
+    <workspace>/tools-tests/       test_<stem>.py kept at promotion, so an export can carry it
 
 Every move is one ``os.replace`` inside the workspace; every file is written to a temp file,
 fsynced and renamed, and the manifest is rewritten the same way after each change to ``tools/``,
@@ -41,7 +42,7 @@ from pathlib import Path
 
 import structlog
 
-from shelldon.config import LimitsSettings
+from shelldon.config import LimitsSettings, SandboxSettings
 from shelldon.core.gate import GateLimits, GateReport, GateRun, start_gate
 from shelldon.core.manifest import (
     code_hash,
@@ -157,13 +158,19 @@ def _stems(directory: Path) -> tuple[str, ...]:
 class SelfCode:
     """The workspace's self-coded tool directories and every change made to them."""
 
-    def __init__(self, workspace: Path, limits: LimitsSettings | None = None) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        limits: LimitsSettings | None = None,
+        sandbox: SandboxSettings | None = None,
+    ) -> None:
         self.workspace = workspace
-        self.gate_limits = GateLimits.from_settings(limits or LimitsSettings())
+        self.gate_limits = GateLimits.from_settings(limits or LimitsSettings(), sandbox)
         self.live_dir = workspace / "tools"
         self.staging_dir = workspace / "tools-staging"
         self.quarantine_dir = workspace / "tools-quarantine"
-        for directory in (self.live_dir, self.staging_dir, self.quarantine_dir):
+        self.tests_dir = workspace / "tools-tests"
+        for directory in (self.live_dir, self.staging_dir, self.quarantine_dir, self.tests_dir):
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     # listing
@@ -181,6 +188,11 @@ class SelfCode:
     def quarantined(self) -> tuple[str, ...]:
         """Stems of quarantined tools."""
         return _stems(self.quarantine_dir)
+
+    def kept_test(self, name: str) -> Path | None:
+        """The test tool ``name`` was promoted with, kept for export; None if there is none."""
+        path = self.tests_dir / f"test_{normalize_stem(name)}.py"
+        return path if path.is_file() else None
 
     def quarantine_reason(self, name: str) -> str:
         """Why tool ``name`` was quarantined ("" if unknown)."""
@@ -237,8 +249,9 @@ class SelfCode:
     # owner decisions
 
     def promote(self, name: str, *, replace: bool = False, expected_hash: str = "") -> Path:
-        """Move the staged module live, drop its test, rewrite the manifest; returns the live
-        path. ``expected_hash`` (the approved code's sha256), when given, must still match."""
+        """Move the staged module live, keep its test in ``tools-tests/``, rewrite the manifest;
+        returns the live path. ``expected_hash`` (the approved code's sha256), when given, must
+        still match."""
         stem = normalize_stem(name)
         staged = self.staging_dir / f"{stem}.py"
         try:
@@ -255,8 +268,7 @@ class SelfCode:
         if not replace and (live.exists() or quarantined.exists()):
             raise SelfCodeError(f"a tool named {stem!r} already exists; promote as a replacement")
         os.replace(staged, live)
-        with contextlib.suppress(FileNotFoundError):
-            (self.staging_dir / f"test_{stem}.py").unlink()
+        self._keep_test(stem)
         if replace:
             self._drop_quarantined(stem)
         fsync_dir(self.staging_dir)
@@ -319,6 +331,16 @@ class SelfCode:
             return code_hash((self.staging_dir / f"{stem}.py").read_bytes())
         except OSError:
             return ""
+
+    def _keep_test(self, stem: str) -> None:
+        kept = self.tests_dir / f"test_{stem}.py"
+        try:
+            os.replace(self.staging_dir / f"test_{stem}.py", kept)
+        except FileNotFoundError:
+            # No staged test: an older version's test must not travel with this code.
+            with contextlib.suppress(FileNotFoundError):
+                kept.unlink()
+        fsync_dir(self.tests_dir)
 
     def _drop_quarantined(self, stem: str) -> None:
         for path in (self.quarantine_dir / f"{stem}.py", self.quarantine_dir / f"{stem}.reason"):

@@ -65,6 +65,7 @@ class Poller:
         commands: Sequence[tuple[str, str]] = OWNER_COMMANDS,
         retry: RetryPolicy | None = None,
         sleep: Sleep = asyncio.sleep,
+        on_polling: Callable[[], None] | None = None,
     ) -> None:
         self._api = api
         self._rules = rules
@@ -75,6 +76,8 @@ class Poller:
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
         self._offset: int | None = None
+        # Called once, after the first command registration attempt: the service is up (READY).
+        self._on_polling = on_polling
 
     @property
     def offset(self) -> int | None:
@@ -101,6 +104,9 @@ class Poller:
             try:
                 if commands_pending:
                     commands_pending = not await self._register_commands()
+                if self._on_polling is not None:
+                    self._on_polling()
+                    self._on_polling = None
                 await self.poll_once()
                 failures = 0
             except TelegramError as exc:

@@ -74,6 +74,7 @@ class TelegramLink:
             self.store,
             self.handoff,
             poll_timeout_s=self.settings.telegram.poll_timeout_s,
+            on_polling=lambda: self.notifier.notify("polling"),
         )
         log.info("telegram_polling", api_base=self.settings.telegram.api_base)
         await poller.run()

@@ -41,6 +41,7 @@ from shelldon.contracts import (
     ToolStarted,
     TurnRequest,
 )
+from shelldon.core import sandbox
 from shelldon.core.limits import ProcessLimits, apply_limits
 from shelldon.secrets import forget_env_secrets
 from shelldon.worker.channel import (
@@ -97,6 +98,7 @@ class WorkerHandle:
     exit_code: int | None = None
     reader: FrameReader = field(default_factory=FrameReader)
     eof: bool = False
+    cgroup: sandbox.TurnCgroup | None = None
 
     def fileno(self) -> int:
         """The channel's descriptor (what the TurnActor watches for readability)."""
@@ -132,6 +134,8 @@ class WorkerHandle:
 
     def kill(self) -> None:
         """SIGKILL the worker unless it was already reaped (its pid may belong to another)."""
+        if self.cgroup is not None:
+            self.cgroup.kill()  # the worker and every straggler it left, setsid'd or not
         if self.exit_code is not None:
             return
         with contextlib.suppress(ProcessLookupError):
@@ -159,8 +163,10 @@ class WorkerHandle:
         return self.exit_code
 
     def close(self) -> None:
-        """Close the parent's end of the channel."""
+        """Close the parent's end of the channel; kill and remove the turn's cgroup, if any."""
         self.sock.close()
+        if self.cgroup is not None:
+            self.cgroup.close()
 
     def __enter__(self) -> WorkerHandle:
         return self
@@ -242,17 +248,27 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(EXIT_CHANNEL)
 
 
-def confine(settings: Settings) -> None:
-    """Kernel confinement hook (seccomp / Landlock / namespaces / a cgroup per turn).
+def confine(
+    settings: Settings, *, network: bool = False, cgroup: sandbox.TurnCgroup | None = None
+) -> None:
+    """Kernel confinement hook (seccomp / Landlock or namespaces / a cgroup per turn).
 
     Called in every worker after descriptors, environment and RLIMITs are set and before any
-    tool is imported or run. It does nothing yet: the sandbox issue fills it in, honouring
-    ``settings.sandbox.mode``.
+    tool is imported or run, honouring ``settings.sandbox.mode``. ``network=True`` is a resumed
+    turn's first step (its approved RISKY call runs next); a second call closes the rest.
     """
-    del settings
+    sandbox.confine_worker(settings, network=network, cgroup=cgroup)
 
 
-def prepare_child(keep_fd: int, parent_pid: int, settings: Settings, turn_id: str) -> None:
+def prepare_child(
+    keep_fd: int,
+    parent_pid: int,
+    settings: Settings,
+    turn_id: str,
+    *,
+    network: bool = False,
+    cgroup: sandbox.TurnCgroup | None = None,
+) -> None:
     """Everything the worker does before it trusts itself to run a turn, in this order."""
     reset_signals()
     die_with_parent(parent_pid)
@@ -264,7 +280,7 @@ def prepare_child(keep_fd: int, parent_pid: int, settings: Settings, turn_id: st
     forget_env_secrets()
     lim = settings.limits
     apply_limits(ProcessLimits(address_space_mb=lim.rlimit_as_mb, cpu_s=lim.rlimit_cpu_s))
-    confine(settings)
+    confine(settings, network=network, cgroup=cgroup)
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(actor="worker", turn_id=turn_id)
 
@@ -339,11 +355,13 @@ def _worker_main(
     deadline: float,
     body: TurnBody,
     registry_factory: RegistryFactory,
+    network: bool = False,
+    cgroup: sandbox.TurnCgroup | None = None,
 ) -> NoReturn:
     """The child's whole life; every path ends in ``os._exit``."""
     code = EXIT_CRASH
     try:
-        prepare_child(sock.fileno(), parent_pid, settings, turn_id)
+        prepare_child(sock.fileno(), parent_pid, settings, turn_id, network=network, cgroup=cgroup)
         registry = registry_factory(settings)
         registry.announce = channel_announce(sock, turn_id, deadline + settings.limits.kill_grace_s)
         # The parent kills at deadline + grace; waiting that long for an answer is never wrong.
@@ -381,6 +399,8 @@ def _spawn(
     settings: Settings,
     body: TurnBody,
     registry_factory: RegistryFactory,
+    *,
+    network: bool = False,
 ) -> WorkerHandle:
     deadline = time.monotonic() + settings.limits.turn_timeout_s
     try:
@@ -388,12 +408,16 @@ def _spawn(
         parent_end, child_end = above_stdio(parent_end), above_stdio(child_end)
     except OSError as exc:
         raise SpawnError(f"cannot open the worker channel: {exc}") from exc
+    # Prepared here so the worker only makes syscalls: filter built, paths listed, cgroup made.
+    cgroup = sandbox.prepare_worker(settings)
     parent_pid = os.getpid()
     try:
         pid = os.fork()
     except OSError as exc:
         parent_end.close()
         child_end.close()
+        if cgroup is not None:
+            cgroup.close()
         hint = " (out of processes or memory)" if exc.errno in (errno.EAGAIN, errno.ENOMEM) else ""
         raise SpawnError(f"cannot fork a worker{hint}: {exc}") from exc
     if pid == 0:  # pragma: no cover - the child; its coverage is the parent's assertions
@@ -403,11 +427,29 @@ def _spawn(
             gc.freeze()
             parent_end.close()
         finally:
-            _worker_main(child_end, parent_pid, settings, turn_id, deadline, body, registry_factory)
+            # A plain turn runs a tool only after the parent's first Completion, by which time
+            # the parent has moved it into the cgroup; a resume runs its approved call at
+            # once, so it joins by itself first.
+            _worker_main(
+                child_end,
+                parent_pid,
+                settings,
+                turn_id,
+                deadline,
+                body,
+                registry_factory,
+                network,
+                cgroup if network else None,
+            )
     child_end.close()
+    if cgroup is not None and not network:
+        try:
+            cgroup.adopt(pid)
+        except OSError as exc:
+            log.warning("cgroup_not_joined", turn_id=turn_id, error=str(exc))
     parent_end.setblocking(False)
     log.info("worker_spawned", pid=pid, turn_id=turn_id)
-    return WorkerHandle(pid=pid, sock=parent_end, deadline=deadline, turn_id=turn_id)
+    return WorkerHandle(pid=pid, sock=parent_end, deadline=deadline, turn_id=turn_id, cgroup=cgroup)
 
 
 def spawn_turn(
@@ -433,6 +475,10 @@ def spawn_resume(
     """Fork a worker that resumes a parked turn after the owner's decision."""
 
     def body(registry: Registry, ask: Ask, deadline: float) -> Result:
-        return run_resume(request, registry, ask, settings, deadline)
+        # The approved call runs outside the network and filesystem confinement (the owner
+        # approved exactly that); run_resume closes it right after, before the model goes on.
+        return run_resume(
+            request, registry, ask, settings, deadline, confine=lambda: confine(settings)
+        )
 
-    return _spawn(request.turn_id, settings, body, registry_factory)
+    return _spawn(request.turn_id, settings, body, registry_factory, network=request.approved)

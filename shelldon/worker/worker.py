@@ -298,11 +298,13 @@ def run_resume(
     deadline: float,
     *,
     clock: Clock = time.monotonic,
+    confine: Callable[[], None] | None = None,
 ) -> Result:
     """Resume a parked turn: run the approved call (or answer "denied by owner"), then loop.
 
     The FREE results from before the pause travel in the parked messages and are never re-run;
-    the tool-run ceiling spans the whole logical turn, pause included.
+    the tool-run ceiling spans the whole logical turn, pause included. ``confine`` closes the
+    FREE-turn confinement right after the approved call, before the model sees its result.
     """
     parked = request.parked
     messages = list(parked.messages)
@@ -325,6 +327,8 @@ def run_resume(
             tool_message(parked.call, ToolResult(parked.call.id, False, DENIED_BY_OWNER))
         )
         turn.executions_left = max(0, left)
+    if confine is not None:
+        confine()
     log.info(
         "turn_resumed", turn_id=request.turn_id, tool=parked.call.name, approved=request.approved
     )

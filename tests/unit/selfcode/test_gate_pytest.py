@@ -91,7 +91,8 @@ def test_test_that_sleeps_forever_is_killed_with_its_whole_group(
     quick: SelfCode, tmp_path: Path
 ) -> None:
     sc = quick
-    pids = tmp_path / "pids"
+    # Inside the staging dir: the sandboxed gate may write nowhere else.
+    pids = sc.staging_dir / "sleeper.pids"
     test = calling_test(
         "sleeper",
         body=(

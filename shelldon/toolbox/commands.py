@@ -1,0 +1,294 @@
+"""``shelldon tools``: list, show, restore, export and import self-coded tools at the terminal.
+
+LLM-free and service-free: plain reads and moves of the tool directories through ``SelfCode``
+and of the store. Exit status: 0 when everything asked for was done, 1 when something failed
+(with a message saying what to do), 2 for a usage error such as a malformed tool name.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from shelldon.config import Settings
+from shelldon.core.gate import GateReport
+from shelldon.core.history import Store, StoreError
+from shelldon.core.manifest import BrokenModule, describe_file
+from shelldon.core.owner_commands import restore_tool
+from shelldon.core.selfcode import SelfCode, StemError, normalize_stem
+from shelldon.toolbox.archive import ArchivedTool, ArchiveError, export_toolbox, read_archive
+from shelldon.toolbox.importer import ImportResult, Outcome, gate_summary, import_tools
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRow:
+    """One self-coded tool as the owner sees it: where it is, its strikes, why it was pulled."""
+
+    name: str
+    state: str
+    strikes: int = 0
+    last_error: str = ""
+    reason: str = ""
+
+
+def tool_rows(store: Store, selfcode: SelfCode) -> tuple[ToolRow, ...]:
+    """Every self-coded tool: live, then staged (awaiting approval), then quarantined."""
+    health = {h.name: h for h in store.tool_health()}
+    rows: list[ToolRow] = []
+    for state, names in (
+        ("live", selfcode.live()),
+        ("staged", selfcode.staged()),
+        ("quarantined", selfcode.quarantined()),
+    ):
+        for name in names:
+            h = health.get(name)
+            reason = selfcode.quarantine_reason(name) if state == "quarantined" else ""
+            rows.append(
+                ToolRow(name, state, h.strikes if h else 0, h.last_error if h else "", reason)
+            )
+    return tuple(rows)
+
+
+def list_text(rows: tuple[ToolRow, ...]) -> str:
+    """The rows as a table for the terminal, with a hint for restoring quarantined ones."""
+    if not rows:
+        return "No self-coded tools yet."
+    width = max(len(r.name) for r in rows)
+    lines = [f"{'NAME':<{width}}  {'STATE':<11}  STRIKES  NOTE"]
+    for r in rows:
+        # Strike errors and reasons quote the tool's own exceptions: shown escaped.
+        note = printable(r.reason or r.last_error)
+        if r.state == "staged":
+            note = "waiting for the owner's approval"
+        lines.append(f"{r.name:<{width}}  {r.state:<11}  {r.strikes:>7}  {note[:80]}".rstrip())
+    if any(r.state == "quarantined" for r in rows):
+        lines.append("Bring a quarantined tool back with: shelldon tools restore NAME")
+    return "\n".join(lines)
+
+
+class ToolNotFound(LookupError):
+    """No self-coded tool has that name."""
+
+
+def show_text(store: Store, selfcode: SelfCode, name: str) -> str:
+    """Everything about tool ``name`` (live, else quarantined, else staged): description,
+    schema, code hash, strikes, and its code. Raises ``StemError`` or ``ToolNotFound``."""
+    stem = normalize_stem(name)
+    found = [
+        (state, directory / f"{stem}.py")
+        for state, directory in (
+            ("live", selfcode.live_dir),
+            ("quarantined", selfcode.quarantine_dir),
+            ("staged", selfcode.staging_dir),
+        )
+        if (directory / f"{stem}.py").is_file()
+    ]
+    if not found:
+        known = ", ".join(r.name for r in tool_rows(store, selfcode)) or "none"
+        raise ToolNotFound(f"no self-coded tool named {stem!r} (tools: {known})")
+    state, path = found[0]
+    row = next((r for r in tool_rows(store, selfcode) if r.name == stem), ToolRow(stem, state))
+    described = describe_file(path)
+    lines = [f"{stem} ({state})"]
+    if isinstance(described, BrokenModule):
+        lines.append(f"broken: {printable(described.error)}")
+    else:
+        lines.append(f"description: {printable(described.description)}")
+        lines.append(f"code hash: sha256:{described.code_hash}")
+    last = f" (last: {printable(row.last_error)})" if row.last_error else ""
+    lines.append(f"strikes: {row.strikes}{last}")
+    if row.reason:
+        lines.append(f"quarantined because: {printable(row.reason)}")
+    kept = selfcode.kept_test(stem)
+    lines.append(f"test: {kept}" if kept else "test: none kept (promoted before tests were kept)")
+    if not isinstance(described, BrokenModule):
+        lines.append("params schema:")
+        lines.append(_indent(json.dumps(described.params_schema, indent=2, ensure_ascii=False)))
+    lines.append("code:")
+    lines.append(_indent(path.read_text(encoding="utf-8", errors="replace").rstrip("\n")))
+    return "\n".join(lines)
+
+
+def printable(text: str) -> str:
+    """``text`` safe to show at a terminal: control, format and bidi characters (ANSI escapes,
+    carriage returns, RTL overrides) become visible escapes, so code cannot hide lines from
+    the owner who reviews it."""
+    return "".join(c if c in "\n\t" or c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"    {line}" if line else "" for line in printable(text).split("\n"))
+
+
+def terminal_ask(inp: TextIO, out: TextIO) -> Callable[[ArchivedTool, GateReport], bool]:
+    """Put each passing tool to the owner at the terminal, as a promotion would: its
+    description, hash, gate verdict and code, then ``[y/N]`` (end of input means no)."""
+
+    def ask(tool: ArchivedTool, report: GateReport) -> bool:
+        out.write(
+            f"\n{tool.name}: {printable(tool.description)}\n"
+            f"code hash: sha256:{tool.code_hash}\n{printable(gate_summary(report))}\ncode:\n"
+            f"{_indent(tool.code.rstrip(chr(10)))}\n"
+            f"Add {tool.name} to the toolbox? [y/N] "
+        )
+        out.flush()
+        answer = inp.readline()
+        if not answer or not inp.isatty():
+            # The terminal echoed the owner's line; piped input did not.
+            out.write(answer if answer.endswith("\n") else answer + "\n")
+        return answer.strip().lower() in ("y", "yes")
+
+    return ask
+
+
+def _say_result(out: TextIO) -> Callable[[ImportResult], None]:
+    marks = {
+        Outcome.PROMOTED: "added",
+        Outcome.UNCHANGED: "kept",
+        Outcome.DECLINED: "skipped",
+        Outcome.GATE_FAILED: "FAILED",
+        Outcome.REFUSED: "REFUSED",
+    }
+
+    def say(result: ImportResult) -> None:
+        first, *rest = printable(result.message).split("\n")
+        out.write(f"{marks[result.outcome]} {result.name}: {first}\n")
+        for line in rest:
+            out.write(f"{line}\n")
+        out.flush()
+
+    return say
+
+
+def _accept_all(out: TextIO) -> Callable[[ArchivedTool, GateReport], bool]:
+    def accept(tool: ArchivedTool, report: GateReport) -> bool:
+        out.write(f"{tool.name}: {gate_summary(report).splitlines()[0]}; accepted (--yes)\n")
+        return True
+
+    return accept
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsRequest:
+    """One ``shelldon tools`` invocation, parsed."""
+
+    action: str = "list"
+    name: str = ""
+    file: str = ""
+    yes: bool = False
+    replace: bool = False
+    force: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Terminal:
+    """Where the owner answers (``inp``), reads results (``out``) and reads errors (``err``)."""
+
+    inp: TextIO
+    out: TextIO
+    err: TextIO
+
+
+def run_tools(
+    settings: Settings, request: ToolsRequest, inp: TextIO, out: TextIO, err: TextIO
+) -> int:
+    """Carry out ``request`` against ``settings``' home; returns the exit status."""
+    action = _ACTIONS.get(request.action)
+    if action is None:
+        known = ", ".join(ACTIONS)
+        err.write(f"shelldon tools: unknown action {request.action!r}; use one of {known}\n")
+        return 2
+    try:
+        # The service's gate containment: an imported tool is trusted no more than a proposed one.
+        selfcode = SelfCode(settings.workspace, settings.limits, settings.sandbox)
+        with Store(settings.database) as store:
+            return action(request, selfcode, store, Terminal(inp, out, err))
+    except StemError as exc:
+        err.write(f"shelldon tools: {exc}\n")
+        return 2
+    except (ToolNotFound, ArchiveError, StoreError) as exc:
+        err.write(f"shelldon tools: {exc}\n")
+        return 1
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        err.write(f"shelldon tools: {exc.strerror or exc}{where}\n")
+        return 1
+
+
+def _list(request: ToolsRequest, selfcode: SelfCode, store: Store, term: Terminal) -> int:
+    term.out.write(list_text(tool_rows(store, selfcode)) + "\n")
+    return 0
+
+
+def _show(request: ToolsRequest, selfcode: SelfCode, store: Store, term: Terminal) -> int:
+    term.out.write(show_text(store, selfcode, request.name) + "\n")
+    return 0
+
+
+def _restore(request: ToolsRequest, selfcode: SelfCode, store: Store, term: Terminal) -> int:
+    stem = normalize_stem(request.name)
+    if stem not in selfcode.quarantined():
+        quarantined = ", ".join(selfcode.quarantined()) or "none"
+        term.err.write(
+            f"shelldon tools: {stem} is not quarantined, so there is nothing to restore "
+            f"(quarantined: {quarantined})\n"
+        )
+        return 1
+    # The owner's /restore, word for word: strikes reset and audited in one place.
+    text = restore_tool(store, selfcode, stem, time.time())
+    restored = stem in selfcode.live() and stem not in selfcode.quarantined()
+    (term.out if restored else term.err).write(text + "\n")
+    return 0 if restored else 1
+
+
+def _export(request: ToolsRequest, selfcode: SelfCode, store: Store, term: Terminal) -> int:
+    report = export_toolbox(selfcode, Path(request.file), overwrite=request.force)
+    names = ", ".join(report.exported) or "none"
+    term.out.write(f"exported {len(report.exported)} tool(s) to {report.path}: {names}\n")
+    if report.without_test:
+        missing = ", ".join(report.without_test)
+        term.out.write(f"without a test (an import will refuse these): {missing}\n")
+    if report.skipped_broken:
+        term.out.write(f"left out, broken: {', '.join(report.skipped_broken)}\n")
+    return 0
+
+
+def _import(request: ToolsRequest, selfcode: SelfCode, store: Store, term: Terminal) -> int:
+    path = Path(request.file)
+    tools = read_archive(path)
+    if not tools:
+        term.out.write(f"{path} holds no tools; nothing to import\n")
+        return 0
+    term.out.write(f"{path}: {len(tools)} tool(s): {', '.join(t.name for t in tools)}\n")
+    ask = _accept_all(term.out) if request.yes else terminal_ask(term.inp, term.out)
+    results = import_tools(
+        tools,
+        selfcode,
+        store,
+        ask,
+        replace=request.replace,
+        archive=path.absolute(),
+        on_result=_say_result(term.out),
+    )
+    failed = [r.name for r in results if r.outcome.failed]
+    counts = {o: sum(r.outcome is o for r in results) for o in Outcome}
+    term.out.write(
+        f"{len(tools)} tool(s): {counts[Outcome.PROMOTED]} added, "
+        f"{counts[Outcome.UNCHANGED]} already live, {counts[Outcome.DECLINED]} declined, "
+        f"{len(failed)} failed" + (f" ({', '.join(failed)})\n" if failed else "\n")
+    )
+    return 1 if failed else 0
+
+
+_ACTIONS: dict[str, Callable[[ToolsRequest, SelfCode, Store, Terminal], int]] = {
+    "list": _list,
+    "show": _show,
+    "restore": _restore,
+    "export": _export,
+    "import": _import,
+}
+ACTIONS = tuple(_ACTIONS)

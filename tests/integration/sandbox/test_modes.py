@@ -1,0 +1,61 @@
+"""``[sandbox] mode``: required refuses to start without seccomp and a filesystem layer, off
+applies nothing, and doctor's lines say which layer is active."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shelldon.config import ConfigError, Settings, load_settings
+from shelldon.core import sandbox
+
+from .conftest import confined
+from .test_worker import run_probe
+
+
+def test_required_refuses_to_start_without_a_filesystem_layer(settings: Settings) -> None:
+    strict = confined(settings, "none", mode="required")
+    with pytest.raises(sandbox.SandboxError, match="filesystem layer"):
+        sandbox.check_required(strict)
+
+
+@pytest.mark.parametrize("layer", ["landlock", "userns"])
+def test_required_starts_where_the_kernel_offers_the_layers(settings: Settings, layer: str) -> None:
+    sandbox.check_required(confined(settings, layer, mode="required"))
+
+
+def test_doctor_lines_name_each_layer_and_whether_it_is_active(settings: Settings) -> None:
+    lines = {name: (active, detail) for name, active, detail in sandbox.describe(settings)}
+    assert {"seccomp", "landlock", "user+mount namespace", "filesystem layer"} <= set(lines)
+    assert lines["seccomp"][0] and lines["landlock"][0]  # this machine: ABI 7, libseccomp
+    assert "ABI" in lines["landlock"][1]
+    off = confined(settings, "landlock", mode="off")
+    assert not any(active for _name, active, _ in sandbox.describe(off))
+
+
+def test_forced_userns_line_says_so(settings: Settings) -> None:
+    lines = {n: a for n, a, _ in sandbox.describe(confined(settings, "userns"))}
+    assert lines["user+mount namespace"] and not lines["landlock"]
+
+
+def test_mode_off_confines_nothing(
+    planted: Settings, tmp_path: Path, user_home: Path, listener: int
+) -> None:
+    report = run_probe(confined(planted, "landlock", mode="off"), tmp_path, user_home, [listener])
+    assert report["probe"]["read_vault"] == "allowed"
+    assert report["probe"][f"connect_{listener}"] == "allowed"
+
+
+def test_environment_forces_the_layer_and_a_bad_one_names_the_key(home: Path) -> None:
+    env = {"SHELLDON_HOME": str(home), "SHELLDON_SANDBOX_FS": "userns"}
+    assert load_settings(environ=env).sandbox.fs == "userns"
+    with pytest.raises(ConfigError, match=r"sandbox\.fs"):
+        load_settings(environ={**env, "SHELLDON_SANDBOX_FS": "bubblewrap"})
+
+
+def test_allowed_paths_never_include_the_home_around_the_workspace(settings: Settings) -> None:
+    ro, rw = sandbox.allowed_paths((settings.workspace,), (settings.vault, settings.database))
+    home = str(settings.home.resolve())
+    assert not any(home == p or home.startswith(p.rstrip("/") + "/") for p in ro)
+    assert str(settings.workspace.resolve()) in rw

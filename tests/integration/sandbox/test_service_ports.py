@@ -1,0 +1,94 @@
+"""Issue 12, point 2: model code cannot reach the actors. Inside the running service, a
+self-coded tool in a worker and a model-written test in a gate run try every port the service
+listens on (as listed from /proc by ``actors.proctree``) and each connection is refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors import proctree
+from shelldon.config import load_settings
+from tests.integration.runtime.harness import Service
+
+from .probe import ATTACKS, promote
+
+pytestmark = pytest.mark.slow
+
+PORT_PROBE = (
+    ATTACKS
+    + """
+
+DESCRIPTION = "Try to connect to every port listed in ports.json; write what happened."
+PARAMS_SCHEMA = {"type": "object", "properties": {"where": {"type": "string"}}}
+
+
+def run(where):
+    with open(where + "/ports.json") as fh:
+        ports = json.load(fh)
+    got = {str(port): _try(lambda port=port: _connect(port)) for port in ports}
+    with open(where + "/tried.json", "w") as fh:
+        json.dump(got, fh)
+    return json.dumps(got)
+"""
+)
+
+
+def gate_test(workspace: Path) -> str:
+    # The gate may read and write only its staging dir, so the port list is put there too.
+    staging = str(workspace / "tools-staging")
+    return (
+        "import json\n\nfrom port_gate import run\n\n\n"
+        "def test_no_actor_port_answers():\n"
+        f"    got = json.loads(run(where={staging!r}))\n"
+        "    assert got and set(got.values()) == {'EPERM'}, got\n"
+    )
+
+
+def script(workspace: Path) -> list[dict[str, Any]]:
+    return [
+        {
+            "when": "probe",
+            "tool_calls": [{"name": "port_probe", "args": {"where": str(workspace)}}],
+        },
+        {"when": "probe", "text": "Probed."},
+        {
+            "when": "gate",
+            "tool_calls": [
+                {
+                    "name": "propose_tool",
+                    "args": {"name": "port_gate", "code": PORT_PROBE, "test": gate_test(workspace)},
+                }
+            ],
+        },
+        {"when": "gate", "text": "Proposed."},
+    ]
+
+
+@pytest.mark.parametrize("layer", ["landlock", "userns"])
+def test_no_service_port_is_reachable_from_a_worker_or_a_gate(tmp_path: Path, layer: str) -> None:
+    home = tmp_path / "home"
+    settings = load_settings(environ={"SHELLDON_HOME": str(home)})
+    settings.workspace.mkdir(parents=True)
+    promote(settings, "port_probe", PORT_PROBE)
+    svc = Service(home, script(settings.workspace), SHELLDON_SANDBOX_FS=layer)
+    try:
+        listening = proctree.listening_sockets(proctree.with_descendants(svc.pids()))
+        ports = sorted({s.port for s in listening})
+        assert svc.settings.actors.admin_port in ports
+        (settings.workspace / "ports.json").write_text(json.dumps(ports))
+        (settings.workspace / "tools-staging" / "ports.json").write_text(json.dumps(ports))
+
+        svc.say("probe")
+        svc.expect("Probed.")
+        tried = json.loads((settings.workspace / "tried.json").read_text())
+        assert tried == {str(p): "EPERM" for p in ports}
+
+        svc.say("gate")
+        chunk = svc.expect("[y/N]", timeout=30)
+        assert "port_gate" in chunk and "passed" in chunk
+    finally:
+        svc.stop()

@@ -1,0 +1,128 @@
+"""A confined worker, each filesystem layer forced in turn: a promoted self-coded tool tries
+what a hostile one would, and the kernel refuses each attempt with the layer's errno, while
+FREE tools, the discovered tool itself and writes inside the workspace keep working.
+
+Attack inspiration: see ``probe.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shelldon.config import Settings
+from shelldon.contracts import ToolCall, TurnRequest
+from shelldon.worker.spawn import EXIT_OK, spawn_turn
+
+from .conftest import confined
+from .probe import PROBE_TOOL, calls, converse, finish, load, outputs, promote, say, targets
+
+# What each layer answers; "allowed" marks what only another layer (or none) would stop.
+REFUSED_BY = {
+    "landlock": {
+        "read_vault": "EACCES",
+        "read_database": "EACCES",
+        "read_ssh_key": "EACCES",
+        "read_shadow": "EACCES",
+        "write_outside": "EACCES",
+        "ptrace_parent": "EPERM",
+        "open_parent_mem": "EACCES",
+        "read_parent_environ": "EACCES",
+        "connect": "EPERM",
+    },
+    "userns": {
+        # Only the allowed paths exist in the namespace: the rest is simply not there.
+        "read_vault": "ENOENT",
+        "read_database": "ENOENT",
+        "read_ssh_key": "ENOENT",
+        "read_shadow": "ENOENT",
+        "write_outside": "EROFS",  # the new root is a read-only tmpfs
+        "ptrace_parent": "EPERM",
+        "open_parent_mem": "EACCES",
+        "read_parent_environ": "EACCES",
+        "connect": "EPERM",
+    },
+    "none": {
+        # seccomp alone: syscalls and sockets are refused; files are the path jail's job.
+        "ptrace_parent": "EPERM",
+        "connect": "EPERM",
+    },
+}
+LAYERS = tuple(REFUSED_BY)
+
+
+def run_probe(
+    settings: Settings, tmp_path: Path, user_home: Path, ports: list[int]
+) -> dict[str, Any]:
+    """One real turn in a forked worker: the model calls the probe and three FREE tools."""
+    promote(settings, "probe", PROBE_TOOL)
+    (settings.workspace / "notes.txt").write_text("hello from the workspace")
+    args = targets(
+        settings, user_home, tmp_path / "outside.txt", ports, str(settings.workspace / "in.txt")
+    )
+    handle = spawn_turn(TurnRequest("t-sbx", 7, "probe"), settings)
+    try:
+        jobs, result = converse(
+            handle,
+            [
+                calls(
+                    ToolCall("c-probe", "probe", {"targets": args}),
+                    ToolCall("c-read", "read_file", {"path": "notes.txt"}),
+                    ToolCall("c-list", "list_dir", {"path": "."}),
+                    ToolCall("c-eval", "python_eval", {"code": "sum(range(10))"}),
+                    ToolCall("c-jail", "read_file", {"path": "../vault/x"}),
+                ),
+                say("done"),
+            ],
+        )
+    finally:
+        code = finish(handle)
+    assert result.reply == "done" and code == EXIT_OK
+    found = outputs(jobs[-1])
+    return {"probe": load(found["c-probe"][1]), "free": found}
+
+
+@pytest.fixture(params=LAYERS)
+def layer(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def report(
+    layer: str, planted: Settings, tmp_path: Path, user_home: Path, listener: int
+) -> dict[str, Any]:
+    return run_probe(confined(planted, layer), tmp_path, user_home, [listener])
+
+
+def test_each_layer_refuses_what_it_claims_with_its_errno(
+    layer: str, report: dict[str, Any], listener: int
+) -> None:
+    probe = report["probe"]
+    for attack, errno_name in REFUSED_BY[layer].items():
+        key = f"connect_{listener}" if attack == "connect" else attack
+        assert probe[key] == errno_name, (layer, attack, probe)
+
+
+def test_workspace_stays_readable_and_writable_inside(report: dict[str, Any]) -> None:
+    assert report["probe"]["write_inside"] == "allowed"
+    assert report["probe"]["read_inside"] == "allowed"
+
+
+def test_free_tools_still_work_when_confined(report: dict[str, Any]) -> None:
+    free = report["free"]
+    assert free["c-read"] == (True, "hello from the workspace")
+    assert free["c-list"][0] and "notes.txt" in free["c-list"][1]
+    assert free["c-eval"] == (True, "45")
+
+
+def test_without_a_filesystem_layer_files_are_left_to_the_jail(
+    planted: Settings, tmp_path: Path, user_home: Path, listener: int
+) -> None:
+    # What "none" does not stop, said out loud: the README's residual risk.
+    report = run_probe(confined(planted, "none"), tmp_path, user_home, [listener])
+    assert report["probe"]["read_vault"] == "allowed"
+    # The FREE file tools still refuse it: the path jail is the guard left.
+    ok, text = report["free"]["c-jail"]
+    assert not ok and "the-vault-secret" not in text

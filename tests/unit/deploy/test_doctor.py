@@ -1,0 +1,171 @@
+"""`shelldon doctor` for a deployment: token shape, allowed users, Landlock, RLIMITs, memory,
+the unit and its exposure — each one line, and a failing exit status when `run` would fail."""
+
+from __future__ import annotations
+
+import io
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shelldon.config import Settings, load_settings
+from shelldon.doctor import (
+    Check,
+    gather_checks,
+    landlock_abi_version,
+    read_meminfo,
+    run_doctor,
+    unit_memory_max_mb,
+)
+
+GOOD_TOKEN = "123456789:AAHfiqksKZ8WmR2zSjiQ7_v4TMAKdiHm9T0"
+UNIT = Path(__file__).resolve().parents[3] / "deploy" / "shelldon.service"
+
+
+def by_name(checks: list[Check], name: str) -> Check:
+    return next(c for c in checks if c.name == name)
+
+
+def configured(home: Path, users: str = "1001") -> Settings:
+    return load_settings(
+        environ={"SHELLDON_HOME": str(home), "SHELLDON_TELEGRAM_ALLOWED_USERS": users}
+    )
+
+
+def test_a_well_shaped_token_passes_without_being_printed(home: Path) -> None:
+    (home / "vault" / "telegram_token").write_text(GOOD_TOKEN + "\n")
+    out = io.StringIO()
+    status = run_doctor(configured(home), out, for_run=True, unit=home / "no.service")
+    assert "ok   telegram token shape" in out.getvalue()
+    assert GOOD_TOKEN not in out.getvalue() and "AAHfiqks" not in out.getvalue()
+    assert status == 0, out.getvalue()
+
+
+def test_a_malformed_token_fails_for_run(home: Path) -> None:
+    (home / "vault" / "telegram_token").write_text("my-bot-password-1234\n")
+    out = io.StringIO()
+    status = run_doctor(configured(home), out, for_run=True, unit=home / "no.service")
+    assert "FAIL telegram token shape" in out.getvalue()
+    assert "my-bot-password" not in out.getvalue()
+    assert status == 1
+
+
+def test_empty_allowed_users_fails_for_run_and_only_warns_for_chat(settings: Settings) -> None:
+    run = by_name(gather_checks(settings, for_run=True), "telegram.allowed_users")
+    chat = by_name(gather_checks(settings, for_run=False), "telegram.allowed_users")
+    assert not run.ok and run.required
+    assert not chat.ok and not chat.required
+
+
+def test_a_missing_token_fails_for_run(settings: Settings) -> None:
+    check = by_name(gather_checks(settings, for_run=True), "secret telegram_token")
+    assert not check.ok and check.required
+
+
+def test_with_a_config_file_doctor_checks_for_run(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text("[brain]\nprovider = 'scripted'\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "shelldon", "doctor"],
+        env={"PATH": os.environ["PATH"], "SHELLDON_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 1, proc.stdout
+    assert "FAIL telegram.allowed_users" in proc.stdout
+    relaxed = subprocess.run(
+        [sys.executable, "-m", "shelldon", "doctor", "--for", "chat"],
+        env={"PATH": os.environ["PATH"], "SHELLDON_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert relaxed.returncode == 0, relaxed.stdout
+
+
+def test_landlock_line_matches_the_kernel(settings: Settings) -> None:
+    abi = landlock_abi_version()
+    check = by_name(gather_checks(settings), "landlock")
+    assert check.ok == (abi > 0)
+    assert not check.required  # the Pi's stock kernel has none; other layers take over
+    lsm = Path("/sys/kernel/security/lsm")
+    if lsm.exists() and os.access(lsm, os.R_OK):
+        assert (abi > 0) == ("landlock" in lsm.read_text())
+
+
+def test_rlimits_above_the_hard_limit_fail(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+
+    def lower_cpu_hard_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_CPU, (10, 10))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "shelldon", "doctor"],
+        env={
+            "PATH": os.environ["PATH"],
+            "SHELLDON_HOME": str(home),
+            "SHELLDON_LIMITS_RLIMIT_CPU_S": "30",
+        },
+        capture_output=True,
+        text=True,
+        timeout=30,
+        preexec_fn=lower_cpu_hard_limit,
+    )
+    line = next(x for x in proc.stdout.splitlines() if " rlimits " in x)
+    assert line.startswith("FAIL") and "RLIMIT_CPU 30 above the hard limit 10" in line
+    assert proc.returncode == 1
+
+
+def test_rlimits_that_fit_pass(settings: Settings) -> None:
+    assert by_name(gather_checks(settings), "rlimits").ok
+
+
+def test_memory_line_compares_available_memory_with_the_cap(tmp_path: Path) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:  434176 kB\nMemFree: 1000 kB\nMemAvailable:  102400 kB\n")
+    values = read_meminfo(meminfo)
+    assert values["MemAvailable"] == 102400
+    from shelldon.doctor import _memory_check
+
+    low = _memory_check(UNIT.read_text(), values)
+    assert not low.ok and "100 MB available of 424 MB; MemoryMax 400 MB" in low.detail
+    roomy = _memory_check(None, {"MemTotal": 434176, "MemAvailable": 307200})
+    assert roomy.ok and "300 MB available" in roomy.detail
+
+
+def test_memory_max_suffixes_are_read() -> None:
+    assert unit_memory_max_mb("MemoryMax=400M\n") == 400
+    assert unit_memory_max_mb("MemoryMax=1G") == 1024
+    assert unit_memory_max_mb("MemoryMax=409600K") == 400
+    assert unit_memory_max_mb("[Service]\nMemoryHigh=300M") is None
+
+
+def test_a_missing_unit_is_reported_as_not_installed(settings: Settings, tmp_path: Path) -> None:
+    checks = gather_checks(settings, unit=tmp_path / "shelldon.service")
+    unit = by_name(checks, "systemd unit")
+    if shutil.which("systemctl"):
+        assert not unit.ok and "not installed" in unit.detail and not unit.required
+    else:
+        assert unit.ok and "no systemd" in unit.detail
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
+def test_the_installed_unit_exposure_is_scored(settings: Settings) -> None:
+    check = by_name(gather_checks(settings, unit=UNIT), "unit exposure")
+    assert check.ok and check.required, check.detail
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
+def test_a_lax_unit_fails_the_exposure_check(settings: Settings, tmp_path: Path) -> None:
+    lax = tmp_path / "lax.service"
+    lax.write_text("[Service]\nExecStart=/bin/true\n")
+    check = by_name(gather_checks(settings, unit=lax), "unit exposure")
+    assert not check.ok and check.required
+    assert float(check.detail.split()[0]) > 2.0

@@ -1,0 +1,1 @@
+"""shelldon tools: list, show, restore, export and import."""
