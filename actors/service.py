@@ -8,6 +8,7 @@ import gc
 import os
 import select
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +64,17 @@ def run_service(
     trust_runtime_classes()
     settings.home.mkdir(parents=True, exist_ok=True)
     settings.workspace.mkdir(parents=True, exist_ok=True)
+    from shelldon.core import sandbox
+
+    try:
+        # Logs each confinement layer; in "required" mode a missing one stops us here.
+        sandbox.check_required(settings)
+    except sandbox.SandboxError as exc:
+        log.error("sandbox_required_but_missing", error=str(exc))
+        print(f"shelldon: {exc}", file=sys.stderr)
+        return 2
+    # Under systemd's Delegate=yes: the service moves into a leaf so turns get cgroups.
+    sandbox.prepare_delegated_cgroup()
     stop = {"signal": 0}
 
     def on_signal(signum: int, _frame: Any) -> None:
