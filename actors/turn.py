@@ -32,6 +32,7 @@ from shelldon.worker.tools import context_from_settings, selfcoded
 log = structlog.get_logger(__name__)
 
 TYPING_AFTER_S = 1.0
+EXIT_GRACE_S = 0.5
 TYPING_REFRESH_S = 4.5
 
 
@@ -46,6 +47,7 @@ class TurnActor(ContractActor):
         self.settings: Settings | None = None
         self.peers: dict[str, Any] = {}
         self.handle: WorkerHandle | None = None
+        self.exiting: list[tuple[WorkerHandle, float]] = []
         self.turnwatch: TurnWatch | None = None
         self.chat_id = 0
         self.source = "owner"
@@ -139,7 +141,25 @@ class TurnActor(ContractActor):
                 dt.timedelta(seconds=TYPING_REFRESH_S), payload=("typing", self.handle.turn_id)
             )
 
+    def _reap_exiting(self) -> None:
+        still = []
+        for handle, kill_at in self.exiting:
+            if handle.reap(block=False) is None:
+                if time.monotonic() < kill_at:
+                    still.append((handle, kill_at))
+                    continue
+                log.warning("worker_did_not_exit", turn_id=handle.turn_id, pid=handle.pid)
+                handle.kill()
+                handle.reap(block=True)  # SIGKILLed: returns at once
+            handle.close()
+        self.exiting = still
+        if still:
+            self.wakeupAfter(dt.timedelta(seconds=0.02), payload=("reap",))
+
     def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: ActorAddress) -> None:
+        if msg.payload == ("reap",):
+            self._reap_exiting()
+            return
         if isinstance(msg.payload, tuple):
             if self.handle is not None and msg.payload == ("typing", self.handle.turn_id):
                 self._typing()
@@ -160,6 +180,11 @@ class TurnActor(ContractActor):
             self.wakeupAfter(dt.timedelta(seconds=max(0.05, remaining)), payload=handle.turn_id)
 
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: ActorAddress) -> None:
+        for handle, _kill_at in self.exiting:
+            handle.kill()
+            handle.reap(block=True)
+            handle.close()
+        self.exiting = []
         if self.handle is not None:
             self.handle.kill()
             self.handle.reap(block=True)
@@ -179,15 +204,12 @@ class TurnActor(ContractActor):
             handle.kill()
         code = handle.reap(block=False)
         if code is None:
-            # The worker exits right after its Result; give it a moment, then make sure.
-            deadline = time.monotonic() + 0.5
-            while code is None and time.monotonic() < deadline:
-                time.sleep(0.002)
-                code = handle.reap(block=False)
-            if code is None:
-                handle.kill()
-                code = handle.reap(block=True)
-        handle.close()
+            # The worker exits right after its Result: reap it from a wake-up, never by waiting
+            # in this handler; past EXIT_GRACE_S it is killed.
+            self.exiting.append((handle, time.monotonic() + EXIT_GRACE_S))
+            self.wakeupAfter(dt.timedelta(seconds=0.005), payload=("reap",))
+        else:
+            handle.close()
         self.handle, self.turnwatch = None, None
         log.info(
             "turn_finished",
