@@ -32,6 +32,7 @@ from actors.messages import (
 )
 from shelldon.config import Settings
 from shelldon.contracts import (
+    ContractError,
     Decision,
     InboundMessage,
     Message,
@@ -42,6 +43,7 @@ from shelldon.contracts import (
     Role,
     Schedule,
     TurnRequest,
+    decode,
 )
 from shelldon.core.arbiter import budget_day, command_of, plan_inbox
 from shelldon.core.history import Store
@@ -77,11 +79,13 @@ class ArbiterActor(ContractActor):
         self.busy_chat = 0
         self.owners: set[int] = set()
         self.refused_budget_day = ""
+        self.recovered_until = 0.0
         self.ticking = False
 
     # ---------------------------------------------------------------- wiring
 
     def receiveMsg_Wire(self, msg: Wire, sender: ActorAddress) -> None:
+        first = self.settings is None
         self.settings, self.peers = msg.settings, msg.peers
         if self.store is None:
             self.store = Store(msg.settings.database)
@@ -89,10 +93,35 @@ class ArbiterActor(ContractActor):
         self.owners = set(msg.settings.telegram.allowed_users)
         if msg.transport == "console":
             self.owners.add(0)
+        if first:
+            self._recover(msg)
         if not self.ticking:
             self.ticking = True
             self.wakeupAfter(dt.timedelta(seconds=0.05), payload="tick")
         self._pump()
+
+    def _recover(self, msg: Wire) -> None:
+        """Messages whose turn started but never ended: after a service start (a crash or
+        power cut ended that turn) they go back in the inbox and are answered again; after
+        only this actor restarted, the turn actor is still running the turn, so wait for it."""
+        assert self.store is not None and self.settings is not None
+        if msg.fresh:
+            again = self.store.reoffer_inbox()
+            if again:
+                log.warning("turns_cut_short_reoffered", messages=again)
+            return
+        unfinished = self.store.unfinished_inbox()
+        if unfinished:
+            _item, turn_id, blob = unfinished[-1]
+            try:
+                event = decode(blob)
+                self.busy_chat = event.chat_id if isinstance(event, InboundMessage) else 0
+            except ContractError:
+                self.busy_chat = 0
+            self.busy = turn_id
+            lim = self.settings.limits
+            self.recovered_until = time.time() + lim.turn_timeout_s + lim.kill_grace_s + 5
+            log.warning("turn_in_flight_adopted", turn_id=turn_id)
 
     def receiveMsg_PeerRestarted(self, msg: PeerRestarted, sender: ActorAddress) -> None:
         if msg.role == "turn" and self.busy is not None:
@@ -113,6 +142,9 @@ class ArbiterActor(ContractActor):
         if msg.payload != "tick":
             return
         now = time.time()
+        if self.busy is not None and self.recovered_until and now > self.recovered_until:
+            log.warning("adopted_turn_never_ended", turn_id=self.busy)
+            self._finish_turn(self.busy_chat, apology(self.busy, "crash"), "owner")
         for gone in self.store.expire_pending(now):
             log.info("pending_expired", kind=gone.kind, turn_id=gone.turn_id)
             self.store.audit(
@@ -144,9 +176,11 @@ class ArbiterActor(ContractActor):
                 assert isinstance(entry.event, InboundMessage)
                 self._reply(entry.event.chat_id, BUSY_REPLY)
         start = plan.start
-        if self.busy is None and start is not None and store.take_inbox(start.item_id, now):
-            assert isinstance(start.event, InboundMessage)
-            self._start_chat(start.event)
+        if self.busy is None and start is not None:
+            turn_id = new_turn_id("t")
+            if store.take_inbox(start.item_id, now, turn_id=turn_id):
+                assert isinstance(start.event, InboundMessage)
+                self._start_turn(start.event.chat_id, start.event.text, "owner", turn_id)
         if self.busy is None:
             self._start_scheduled(now)
 
@@ -168,12 +202,9 @@ class ArbiterActor(ContractActor):
             if m.role in roles
         )
 
-    def _start_chat(self, msg: InboundMessage) -> None:
-        self._start_turn(msg.chat_id, msg.text, "owner")
-
-    def _start_turn(self, chat_id: int, text: str, source: str) -> None:
+    def _start_turn(self, chat_id: int, text: str, source: str, turn_id: str = "") -> None:
         assert self.store is not None
-        turn_id = new_turn_id("t" if source == "owner" else "s")
+        turn_id = turn_id or new_turn_id("t" if source == "owner" else "s")
         request = TurnRequest(
             turn_id=turn_id,
             chat_id=chat_id,
@@ -221,6 +252,8 @@ class ArbiterActor(ContractActor):
         assert self.store is not None and self.settings is not None
         now = time.time()
         self.busy = None
+        self.recovered_until = 0.0
+        self.store.finish_inbox(result.turn_id, now)
         if result.reply:
             self._reply(chat_id, result.reply)
             self.store.append_message(chat_id, "assistant", result.reply, now)

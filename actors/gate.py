@@ -60,10 +60,14 @@ class GateRunnerActor(ContractActor):
         self.running: tuple[GateTool, GateRun, str, str] | None = None
 
     def receiveMsg_Wire(self, msg: Wire, sender: ActorAddress) -> None:
+        first = self.settings is None
         self.settings, self.peers = msg.settings, msg.peers
         if self.store is None:
             self.store = Store(msg.settings.database)
         self.selfcode = SelfCode(msg.settings.workspace, msg.settings.limits, msg.settings.sandbox)
+        if first:
+            # A gate cut short by a crash left its staged pair: only parked promotions stay.
+            self.selfcode.sweep_staging(keep=self.store.promotion_names())
 
     def receiveMsg_GateTool(self, msg: GateTool, sender: ActorAddress) -> None:
         self.queue.append(msg)

@@ -34,6 +34,8 @@ class Wire:
     console_fds: tuple[int, ...] = ()
     story: tuple[tuple[str, bool], ...] = ()
     auto_yes: bool = False
+    # True in the wiring at service start; False when re-wiring after an actor's restart.
+    fresh: bool = True
 
 
 @dataclass(frozen=True, slots=True)

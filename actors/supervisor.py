@@ -73,13 +73,13 @@ class SupervisorActor(ContractActor):
         log.info("service_started", actors=len(self.children), transport=msg.transport)
         self.send(sender, self._status())
 
-    def _wire_all(self) -> None:
+    def _wire_all(self, *, fresh: bool = True) -> None:
         assert self.boot is not None
         peers = {**self.children, "supervisor": self.myAddress}
         for role, address in self.children.items():
-            self.send(address, self._wire(peers, role))
+            self.send(address, self._wire(peers, role, fresh))
 
-    def _wire(self, peers: dict[str, Any], role: str) -> Wire:
+    def _wire(self, peers: dict[str, Any], role: str, fresh: bool) -> Wire:
         assert self.boot is not None
         b = self.boot
         return Wire(
@@ -89,6 +89,7 @@ class SupervisorActor(ContractActor):
             b.console_fds if role == "transport" else (),
             b.story,
             b.auto_yes,
+            fresh,
         )
 
     def _status(self) -> Status:
@@ -129,7 +130,7 @@ class SupervisorActor(ContractActor):
             return
         role = payload[1]
         self.children[role] = self.createActor(ROLES[role])
-        self._wire_all()
+        self._wire_all(fresh=False)
         for address in self.children.values():
             self.send(address, PeerRestarted(role))
         log.warning("actor_restarted", role=role)

@@ -59,6 +59,12 @@ _MIGRATIONS: tuple[str, ...] = (
     CREATE TRIGGER audit_append_only_delete BEFORE DELETE ON audit
         BEGIN SELECT RAISE(ABORT, 'audit log is append-only'); END;
     """,
+    # v2: the inbox remembers which turn took a message and when that turn ended, so a
+    # message whose turn was cut short by a crash is answered after the restart.
+    """
+    ALTER TABLE inbox ADD COLUMN turn_id TEXT;
+    ALTER TABLE inbox ADD COLUMN done_at REAL;
+    """,
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -286,6 +292,10 @@ class Store:
         ).fetchone()
         return row is not None
 
+    def promotion_names(self) -> set[str]:
+        """Names of the tools whose promotion is parked."""
+        return {r[0] for r in self._db.execute("SELECT name FROM pending_promotions")}
+
     def park_promotion(
         self,
         turn_id: str,
@@ -452,13 +462,40 @@ class Store:
         ).fetchall()
         return [InboxItem(r[0], r[1], bytes(r[2])) for r in rows]
 
-    def take_inbox(self, item_id: int, now: float) -> bool:
-        """Mark an inbox event taken; False if someone took it already."""
-        with self._write() as db:
+    def take_inbox(self, item_id: int, now: float, turn_id: str = "") -> bool:
+        """Mark an inbox event taken (by ``turn_id`` when it starts a turn); False if someone
+        took it already."""
+        with self._write(durable=bool(turn_id)) as db:
             cur = db.execute(
-                "UPDATE inbox SET taken_at = ? WHERE id = ? AND taken_at IS NULL", (now, item_id)
+                "UPDATE inbox SET taken_at = ?, turn_id = ? WHERE id = ? AND taken_at IS NULL",
+                (now, turn_id or None, item_id),
             )
             return cur.rowcount == 1
+
+    def finish_inbox(self, turn_id: str, now: float) -> None:
+        """The turn that took an inbox event has ended (its answer went out)."""
+        with self._write() as db:
+            db.execute(
+                "UPDATE inbox SET done_at = ? WHERE turn_id = ? AND done_at IS NULL",
+                (now, turn_id),
+            )
+
+    def unfinished_inbox(self) -> list[tuple[int, str, bytes]]:
+        """Events whose turn started but never ended: ``(id, turn_id, blob)``, oldest first."""
+        rows = self._db.execute(
+            "SELECT id, turn_id, blob FROM inbox WHERE turn_id IS NOT NULL AND done_at IS NULL "
+            "ORDER BY id"
+        ).fetchall()
+        return [(r[0], r[1], bytes(r[2])) for r in rows]
+
+    def reoffer_inbox(self) -> int:
+        """Put events whose turn never ended back in the inbox (after a crash); how many."""
+        with self._write(durable=True) as db:
+            cur = db.execute(
+                "UPDATE inbox SET taken_at = NULL, turn_id = NULL "
+                "WHERE turn_id IS NOT NULL AND done_at IS NULL"
+            )
+            return cur.rowcount
 
     # ------------------------------------------------------------ audit
 

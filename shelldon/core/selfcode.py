@@ -347,6 +347,17 @@ class SelfCode:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 
+    def sweep_staging(self, keep: set[str]) -> tuple[str, ...]:
+        """At start-up: remove every staged pair not in ``keep`` (the names of pending
+        promotions) and every private gate dir — what a crash mid-gate leaves behind."""
+        stems = {p.stem.removeprefix("test_") for p in self.staging_dir.glob("*.py")}
+        removed = tuple(sorted(s for s in stems - keep if self.discard(s)))
+        for entry in self.staging_dir.glob(".gate-*"):
+            shutil.rmtree(entry, ignore_errors=True)
+        if removed:
+            log.info("staging_swept", tools=removed)
+        return removed
+
     def _sweep_stale_gate_dirs(self) -> None:
         """Remove private gate dirs left by a crash (older than two gate timeouts)."""
         cutoff = time.time() - 2 * self.gate_limits.timeout_s

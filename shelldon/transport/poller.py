@@ -163,7 +163,15 @@ class Poller:
             notice = INVALID_BUTTON_NOTICE if parsed.from_owner else None
             await self._answer(parsed.callback_id, notice)
             return
-        notice = await self._handoff(parsed)
+        try:
+            notice = await self._handoff(parsed)
+        except Exception:
+            # One update that cannot be stored must not stop the pet (it would come back at
+            # every restart): log it, confirm it, and go on.
+            log.exception("telegram.handoff_failed", update_id=update_id)
+            self._ledger.mark_processed(update_id)
+            await self._answer(_callback_id(parsed), None)
+            return
         self._ledger.mark_processed(update_id)
         if isinstance(parsed, Decision):
             await self._answer(parsed.callback_id, notice)

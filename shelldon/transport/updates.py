@@ -88,6 +88,8 @@ def _parse_message(update_id: int, message: dict[str, Any], rules: UpdateRules) 
     text = message.get("text")
     if not isinstance(text, str) or not text.strip():
         return Rejected("message has no text", update_id, user_id, from_owner=True)
+    # JSON may carry lone surrogates ("\udcff"): not text, and not storable as UTF-8.
+    text = text.encode("utf-8", "replace").decode("utf-8")
     return InboundMessage(chat_id=chat_id, user_id=user_id, text=text, update_id=update_id)
 
 

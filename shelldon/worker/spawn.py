@@ -138,14 +138,32 @@ class WorkerHandle:
             self.cgroup.kill()  # the worker and every straggler it left, setsid'd or not
         if self.exit_code is not None:
             return
+        self._kill_group()
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
+
+    def _kill_group(self) -> None:
+        """SIGKILL every process left in the worker's group (children its tools forked). Only
+        while the worker is unreaped: until then its pid, hence the group id, is not reused."""
+        with contextlib.suppress(OSError):
+            os.killpg(self.pid, signal.SIGKILL)
 
     def reap(self, block: bool = False) -> int | None:
         """Collect the worker's exit: its exit code (negative: killed by that signal), or None
         while it still runs and ``block`` is False."""
         if self.exit_code is not None:
             return self.exit_code
+        try:
+            # Has it exited? Asked without reaping, so its group can still be swept safely.
+            exited = os.waitid(
+                os.P_PID, self.pid, os.WEXITED | os.WNOWAIT | (0 if block else os.WNOHANG)
+            )
+        except ChildProcessError:
+            exited = None
+        except InterruptedError:
+            return None if not block else self.reap(block=True)
+        if exited is not None:
+            self._kill_group()
         while True:
             try:
                 pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
@@ -275,6 +293,9 @@ def prepare_child(
     close_inherited_fds(keep_fd)
     reopen_stdio()
     scrub_environment()
+    # Relative paths a self-coded tool uses land in the workspace (the one place it may write).
+    with contextlib.suppress(OSError):
+        os.chdir(settings.workspace)
     # Defense in depth: a forking process that once read a secret from its environment still
     # holds it in shelldon.secrets; the worker lets go of it before any tool runs.
     forget_env_secrets()
@@ -425,6 +446,8 @@ def _spawn(
             # Inherited objects must never be collected here: a finalizer would close an fd
             # number the worker may have reused by then.
             gc.freeze()
+            # Its own process group: whatever its tools fork dies with it (see reap/kill).
+            os.setpgid(0, 0)
             parent_end.close()
         finally:
             # A plain turn runs a tool only after the parent's first Completion, by which time
@@ -442,6 +465,8 @@ def _spawn(
                 cgroup if network else None,
             )
     child_end.close()
+    with contextlib.suppress(OSError):
+        os.setpgid(pid, pid)  # also from this side, so there is no window before the child's
     if cgroup is not None and not network:
         try:
             cgroup.adopt(pid)

@@ -32,17 +32,13 @@ SCRIPT: list[dict[str, Any]] = [
     {"when": "slow", "text": "Slow done."},
     {"when": "after", "text": "Still here."},
 ]
-ARBITER_FORGETS_TURN = (
-    "actors/arbiter.py: a restarted ArbiterActor starts with busy=None, so the TurnEnded of the "
-    "turn in flight is dropped as stray_turn_ended and the owner never gets its reply"
-)
 ROLES = (
     "broker",
     "turn",
     "approvals",
     "strikes",
     "gate",
-    pytest.param("arbiter", marks=pytest.mark.xfail(strict=True, reason=ARBITER_FORGETS_TURN)),
+    "arbiter",
     "transport",
 )
 

@@ -189,12 +189,6 @@ def test_generated_updates_are_refused_without_harm(
     assert dropped and all(e.get("reason") for e in dropped)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shelldon/transport/updates.py parse_update accepts a text with lone surrogates "
-    "(valid JSON \\ud800 escapes); the handoff's encode() raises, the poller treats it as "
-    "fatal, `shelldon run` exits 1 and the unconfirmed update kills it again on every restart",
-)
 def test_an_owner_text_with_lone_surrogates_is_refused_without_harm(
     run: ShelldonRun, tg: ThreadedFakeTelegram
 ) -> None:

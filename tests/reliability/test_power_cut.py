@@ -154,12 +154,6 @@ def test_promotion_parked_before_a_power_cut_is_decidable_after(
         assert store.pending() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shelldon/core/selfcode.py + actors/gate.py: a power cut during a gate run leaves the "
-    "staged pair and its .gate-* dir behind with no pending promotion; nothing sweeps them at "
-    "start-up",
-)
 def test_power_cut_during_a_gate_leaves_no_staged_file(
     run: ShelldonRun, tg: ThreadedFakeTelegram
 ) -> None:
@@ -214,12 +208,6 @@ def test_messages_queued_at_a_power_cut_are_each_answered_at_most_once(
     assert shown.count("Dawdled.") <= 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="actors/arbiter.py: the arbiter takes a message out of the inbox when its turn "
-    "starts, so a power cut mid-turn loses that message: after restart it is never answered "
-    "(neither a reply nor an apology)",
-)
 def test_message_in_flight_at_a_power_cut_is_answered_after_restart(
     run: ShelldonRun, tg: ThreadedFakeTelegram
 ) -> None:

@@ -143,11 +143,6 @@ def test_a_tool_writing_100mb_to_stdout_ends_its_turn_in_budget(runaway: Service
     assert runaway.status().restarts == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="shelldon/worker/spawn.py: WorkerHandle.kill SIGKILLs only the worker's pid; a child "
-    "the tool forked (which ignores SIGTERM and outlives PDEATHSIG) keeps running after the turn",
-)
 @pytest.mark.parametrize("runaway", ["spawner"], indirect=True)
 def test_a_child_forked_by_a_runaway_tool_dies_with_its_turn(runaway: Service) -> None:
     pid_file = runaway.settings.workspace / "child.pid"

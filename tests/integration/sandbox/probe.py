@@ -63,7 +63,9 @@ def _connect(port):
 
 def _ptrace(pid):
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.ptrace(16, pid, 0, 0) != 0:  # PTRACE_ATTACH
+    # PTRACE_SEIZE attaches without stopping the tracee (ATTACH sends a SIGSTOP that, if it
+    # lands after the detach, leaves the parent — a test worker — stopped for good).
+    if libc.ptrace(0x4206, pid, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "ptrace")
     libc.ptrace(17, pid, 0, 0)  # PTRACE_DETACH
 

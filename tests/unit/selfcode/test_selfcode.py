@@ -229,3 +229,15 @@ def test_failed_gate_leaves_a_newer_proposal_alone(sc: SelfCode) -> None:
     assert report is not None and not report.passed
     assert sc.staged() == ("adder",)
     assert newer.tool_path.read_text() == ADDER
+
+
+def test_sweep_staging_keeps_parked_promotions_and_removes_what_a_crash_left(
+    tmp_path: Path,
+) -> None:
+    sc = SelfCode(tmp_path / "ws")
+    sc.stage("kept", "x = 1\n", "y = 2\n")
+    sc.stage("orphan", "x = 1\n", "y = 2\n")
+    (sc.staging_dir / "test_halfway.py").write_text("written before a power cut\n")
+    (sc.staging_dir / ".gate-abc").mkdir()
+    assert sc.sweep_staging(keep={"kept"}) == ("halfway", "orphan")
+    assert sorted(p.name for p in sc.staging_dir.iterdir()) == ["kept.py", "test_kept.py"]
