@@ -223,13 +223,18 @@ def reset_signals() -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
 
 
-def close_inherited_fds(keep: int) -> None:
-    """Close every descriptor except 0, 1, 2 and ``keep`` (the channel)."""
-    top = max(os.sysconf("SC_OPEN_MAX"), keep + 2)
+def close_inherited_fds(keep: int, *also: int) -> None:
+    """Close every descriptor except 0, 1, 2, ``keep`` (the channel) and ``also`` (prebuilt
+    confinement rulesets, consumed before any tool runs)."""
+    kept = sorted({fd for fd in (keep, *also) if fd > 2})
+    top = max(os.sysconf("SC_OPEN_MAX"), kept[-1] + 2 if kept else 4)
     # closerange uses the close_range syscall where the kernel has it: one call, any fd count.
-    if keep > 3:
-        os.closerange(3, keep)
-    os.closerange(max(3, keep + 1), top)
+    start = 3
+    for fd in kept:
+        if fd > start:
+            os.closerange(start, fd)
+        start = fd + 1
+    os.closerange(start, top)
 
 
 def reopen_stdio() -> None:
@@ -290,7 +295,7 @@ def prepare_child(
     """Everything the worker does before it trusts itself to run a turn, in this order."""
     reset_signals()
     die_with_parent(parent_pid)
-    close_inherited_fds(keep_fd)
+    close_inherited_fds(keep_fd, *sandbox.prebuilt_ruleset_fds())
     reopen_stdio()
     scrub_environment()
     # Relative paths a self-coded tool uses land in the workspace (the one place it may write).
