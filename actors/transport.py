@@ -9,6 +9,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import select
 import time
 from typing import Any
 
@@ -35,6 +36,18 @@ from shelldon.core.history import Store
 from shelldon.transport.console import ConsoleSession, Prompt, format_reply, format_you
 
 log = structlog.get_logger(__name__)
+
+
+def _pollable(fd: int) -> bool:
+    """Whether ``fd`` can be watched (epoll refuses regular files and /dev/null)."""
+    probe = select.epoll()
+    try:
+        probe.register(fd, select.EPOLLIN)
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
 
 
 class TransportActor(ContractActor):
@@ -80,8 +93,14 @@ class TransportActor(ContractActor):
         else:
             self._write("shelldon is listening. Type a message (Ctrl-D to quit).\n")
         if self.in_fd >= 0 and not (msg.story and msg.auto_yes):
-            os.set_blocking(self.in_fd, False)
-            self.watch(self.in_fd)
+            if _pollable(self.in_fd):
+                os.set_blocking(self.in_fd, False)
+                self.watch(self.in_fd)
+            else:
+                # A file or /dev/null as input: epoll refuses it, and reading never blocks, so
+                # take it all now (its end is the end of input).
+                while self.in_fd >= 0 and self._console_input():
+                    pass
 
     def _write(self, text: str) -> None:
         if self.out_fd >= 0:
@@ -112,21 +131,25 @@ class TransportActor(ContractActor):
                 os.close(self.done_fd)
             self.done_fd = -1
 
-    def _console_input(self) -> None:
+    def _console_input(self) -> bool:
+        """Read what the owner typed; False once the input has ended."""
         assert self.session is not None
         try:
             data = os.read(self.in_fd, 65536)
         except BlockingIOError:
-            return
+            return True
         if not data:
             self.unwatch(self.in_fd)
+            for answer in self.session.close_input():
+                self._write("(no input: no)\n")
+                self._console_handoff(answer)
             if not self.session.scripted:
                 # End of input: let the turns already typed finish (unless one waits for a
                 # decision nobody can type now), and give a command's answer a moment.
                 self.input_closed = True
                 if not self.awaiting or self.session.prompts:
                     self.wakeupAfter(dt.timedelta(seconds=0.3), payload="console-done")
-            return
+            return False
         self.in_buffer += data
         while b"\n" in self.in_buffer:
             raw, self.in_buffer = self.in_buffer.split(b"\n", 1)
@@ -137,6 +160,7 @@ class TransportActor(ContractActor):
                 if isinstance(event, InboundMessage) and not command_of(event.text):
                     self.awaiting += 1
                 self._console_handoff(event)
+        return True
 
     # ---------------------------------------------------------------- telegram
 
@@ -211,7 +235,11 @@ class TransportActor(ContractActor):
             lines.append("           gate " + msg.gate_summary.replace("\n", "\n           "))
         answer = self.session.ask(msg.turn_id, promotion)
         if answer is not None:
-            lines.append("           [y/N] y   (--yes)")
+            lines.append(
+                "           [y/N] y   (--yes)"
+                if answer.approved
+                else "           [y/N] n   (no input)"
+            )
             self._write("\n".join(lines) + "\n")
             self._console_handoff(answer)
         else:

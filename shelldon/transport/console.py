@@ -31,6 +31,7 @@ class ConsoleSession:
         self.story = collections.deque(story)
         self.scripted = bool(story)
         self.auto_yes = auto_yes
+        self.input_closed = False
         self.prompts: collections.deque[Prompt] = collections.deque()
         self.waiting_for = ""  # "turn" or "promotion" while a story step is in flight
         self.await_promotion = False
@@ -47,11 +48,19 @@ class ConsoleSession:
         return InboundMessage(CONSOLE_CHAT, CONSOLE_USER, text)
 
     def ask(self, turn_id: str, promotion: bool) -> Decision | None:
-        """Register an approval prompt; with ``auto_yes`` it is answered at once."""
-        if self.auto_yes:
-            return Decision(CONSOLE_CHAT, CONSOLE_USER, turn_id, True)
+        """Register an approval prompt; with ``auto_yes`` it is answered at once (and once the
+        input has closed, nobody can answer: it is a no)."""
+        if self.auto_yes or self.input_closed:
+            return Decision(CONSOLE_CHAT, CONSOLE_USER, turn_id, self.auto_yes)
         self.prompts.append(Prompt(turn_id, promotion))
         return None
+
+    def close_input(self) -> list[Decision]:
+        """The input ended: every open prompt (and every later one) is answered no."""
+        self.input_closed = True
+        answers = [Decision(CONSOLE_CHAT, CONSOLE_USER, p.turn_id, False) for p in self.prompts]
+        self.prompts.clear()
+        return answers
 
     def next_story_line(self) -> str | None:
         """The next line of the demo story, or None when it is over (``finished`` is set)."""

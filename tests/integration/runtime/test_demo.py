@@ -52,3 +52,21 @@ def test_demo_walks_the_whole_story(tmp_path: Path) -> None:
     assert (tmp_path / "demo" / "workspace" / "notes.txt").read_text() == "hello from shelldon\n"
     assert (tmp_path / "demo" / "workspace" / "tools" / "word_count.py").exists()
     assert "Traceback" not in out + proc.stderr
+
+
+@pytest.mark.slow
+def test_demo_without_input_answers_no_and_ends(tmp_path: Path) -> None:
+    env = {**os.environ, "SHELLDON_ACTORS_ADMIN_PORT": str(free_port())}
+    proc = subprocess.run(
+        [sys.executable, "-m", "shelldon", "demo", "--home", str(tmp_path / "demo")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("[y/N] n   (no input)") == 2
+    assert "— end of the demo —" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert not (tmp_path / "demo" / "workspace" / "notes.txt").exists()
