@@ -4,6 +4,7 @@ the daily budget), and applies each finished turn's reply and ops."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import time
 import uuid
@@ -290,7 +291,7 @@ class ArbiterActor(ContractActor):
             return
         if decision.approved is None:
             log.warning("malformed_decision_denied", turn_id=decision.turn_id)
-            decision = _with_approved(decision, False)
+            decision = dataclasses.replace(decision, approved=False)
         if self.store.has_promotion(decision.turn_id):
             self.send(self.peers["gate"], DecidePromotion(decision))
         elif self.store.has_approval(decision.turn_id):
@@ -320,9 +321,3 @@ class ArbiterActor(ContractActor):
 
     def _reply(self, chat_id: int, text: str) -> None:
         self.send(self.peers["transport"], Reply(chat_id, text))
-
-
-def _with_approved(decision: Decision, approved: bool) -> Decision:
-    from dataclasses import replace
-
-    return replace(decision, approved=approved)

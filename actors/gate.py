@@ -7,16 +7,13 @@ import ast
 import collections
 import datetime as dt
 import time
-from typing import Any
 
 import structlog
 from thespian.actors import ActorAddress, ActorExitRequest, WakeupMessage, WatchMessage
 
-from actors.base import ContractActor
 from actors.messages import AskOwner, DecidePromotion, GateTool, Reply, Settle, Wire
-from shelldon.config import Settings
+from actors.wired import WiredActor
 from shelldon.core.gate import GateReport, GateRun
-from shelldon.core.history import Store
 from shelldon.core.manifest import read_declaration
 from shelldon.core.selfcode import SelfCode, SelfCodeError
 
@@ -47,23 +44,17 @@ def gate_summary(report: GateReport) -> str:
     return "\n".join(parts)
 
 
-class GateRunnerActor(ContractActor):
+class GateRunnerActor(WiredActor):
     """Runs one gate at a time (the Pi has little memory); queues the rest."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.settings: Settings | None = None
-        self.peers: dict[str, Any] = {}
-        self.store: Store | None = None
         self.selfcode: SelfCode | None = None
         self.queue: collections.deque[GateTool] = collections.deque()
         self.running: tuple[GateTool, GateRun, str, str] | None = None
 
-    def receiveMsg_Wire(self, msg: Wire, sender: ActorAddress) -> None:
-        first = self.settings is None
-        self.settings, self.peers = msg.settings, msg.peers
-        if self.store is None:
-            self.store = Store(msg.settings.database)
+    def wired(self, msg: Wire, *, first: bool) -> None:
+        assert self.store is not None
         self.selfcode = SelfCode(msg.settings.workspace, msg.settings.limits, msg.settings.sandbox)
         if first:
             # A gate cut short by a crash left its staged pair: only parked promotions stay.

@@ -202,7 +202,9 @@ class TurnActor(ContractActor):
         self.unwatch(handle.fileno())
         if kill:
             handle.kill()
-        code = handle.reap(block=False)
+        # A SIGKILLed worker is reaped at once (no waiting on it); one that sent its Result
+        # is given a moment from wake-ups below.
+        code = handle.reap(block=kill)
         if code is None:
             # The worker exits right after its Result: reap it from a wake-up, never by waiting
             # in this handler; past EXIT_GRACE_S it is killed.

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from shelldon.contracts import Tier, ToolDefinition
 from shelldon.worker.tools.jail import resolve_in_jail
 from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
-from shelldon.worker.tools.shell import child_env, limits_of, render, run_bounded
+from shelldon.worker.tools.shell import child_env, run_tool_process
 from shelldon.worker.tools.ssrf import DEFAULT_POLICY, HostRefused, normalize_host
 from shelldon.worker.tools.write import GIT_CONTROL_NAMES, GIT_DIR_NAMES, git_control_reason
 
@@ -300,23 +300,9 @@ def git(ctx: ToolContext, args: str) -> str:
     except ValueError as exc:
         raise ToolError(f"cannot split git arguments {args!r}: {exc}") from None
     check_git_args(argv, ctx.workspace, ctx.vault)
-    try:
-        outcome = run_bounded(
-            ["git", *with_safe_defaults(argv)],
-            ctx.workspace,
-            ctx.shell_timeout_s,
-            limits_of(ctx),
-            max_output_bytes=ctx.max_output_chars,
-            env=git_env(ctx.workspace),
-        )
-    except OSError as exc:
-        raise ToolError(f"could not start git: {exc.strerror or exc}") from None
-    text = render(outcome, ctx.max_output_chars)
-    if outcome.timed_out:
-        raise ToolError(f"git timed out after {ctx.shell_timeout_s:g}s and was killed:\n{text}")
-    if outcome.returncode != 0:
-        raise ToolError(f"git {argv[0]} exited with status {outcome.returncode}:\n{text}")
-    return text or "(no output)"
+    return run_tool_process(
+        ctx, ["git", *with_safe_defaults(argv)], git_env(ctx.workspace), f"git {argv[0]}"
+    )
 
 
 SCHEMA: dict[str, Any] = {

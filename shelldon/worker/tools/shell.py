@@ -350,25 +350,31 @@ def run_shell(ctx: ToolContext, command: str) -> str:
     """Run ``command`` with ``/bin/sh -c`` in the workspace; its output, or ToolError on failure."""
     if not command.strip():
         raise ToolError("run_shell needs a command, e.g. 'ls -la'")
+    return run_tool_process(ctx, ["/bin/sh", "-c", command], child_env(ctx.workspace), "command")
+
+
+def run_tool_process(ctx: ToolContext, argv: list[str], env: dict[str, str], what: str) -> str:
+    """Run a RISKY tool's process in the workspace under the caps; its output, or ToolError
+    saying it could not start, timed out (output so far) or failed (exit status)."""
     try:
         outcome = run_bounded(
-            ["/bin/sh", "-c", command],
+            argv,
             ctx.workspace,
             ctx.shell_timeout_s,
             limits_of(ctx),
             max_output_bytes=ctx.max_output_chars,
-            env=child_env(ctx.workspace),
+            env=env,
         )
     except OSError as exc:
-        raise ToolError(f"could not start /bin/sh: {exc.strerror or exc}") from None
+        raise ToolError(f"could not start {argv[0]}: {exc.strerror or exc}") from None
     text = render(outcome, ctx.max_output_chars)
     if outcome.timed_out:
         raise ToolError(
-            f"command timed out after {ctx.shell_timeout_s:g}s and was killed; output so far:\n"
+            f"{what} timed out after {ctx.shell_timeout_s:g}s and was killed; output so far:\n"
             + text
         )
     if outcome.returncode != 0:
-        raise ToolError(f"command exited with status {outcome.returncode}:\n{text}")
+        raise ToolError(f"{what} exited with status {outcome.returncode}:\n{text}")
     return text or "(no output)"
 
 
