@@ -2,7 +2,8 @@
 
 Tool vocabulary (the broker normalizes every provider to these): ``Tier``, ``ToolDefinition``,
 ``ToolCall``, ``ToolResult``, ``Message``, ``Completion``. Turn vocabulary between the actors
-and the forked worker: ``TurnRequest``, ``ResumeRequest``, ``Job``, ``JobFailed``, ``Result``.
+and the forked worker: ``TurnRequest``, ``ResumeRequest``, ``Assignment``, ``Job``, ``JobFailed``,
+``Result``.
 Ops a turn hands back for core to apply: ``RequestToolApproval``, ``ProposeTool``,
 ``Remember``, ``Schedule``. Transport vocabulary: ``InboundMessage``, ``Decision``.
 
@@ -26,6 +27,7 @@ from shelldon.contracts.codec import (
 
 __all__ = [
     "MAX_BLOB_BYTES",
+    "Assignment",
     "Completion",
     "ContractError",
     "Decision",
@@ -237,6 +239,16 @@ class TurnRequest:
     history: tuple[Message, ...] = ()
     facts: tuple[str, ...] = ()
     source: str = "owner"
+
+
+@contract("assignment")
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """A pre-forked spare worker's turn, sent on its channel: the request and the deadline the
+    zygote fixed when it handed the turn over (``time.monotonic()``), never at the spare's fork."""
+
+    request: TurnRequest
+    deadline: float
 
 
 @contract("resume_request")

@@ -402,6 +402,12 @@ def prebuilt_ruleset_fds() -> tuple[int, ...]:
     return tuple(_prebuilt.values())
 
 
+def forget_prebuilt() -> None:
+    """Drop the rulesets built so far without closing them: for a freshly forked process that
+    has just closed every inherited descriptor (the numbers may be reused by anything now)."""
+    _prebuilt.clear()
+
+
 def _apply_prebuilt(ruleset: int | None, abi: int) -> bool:
     """Apply a ruleset the parent built; False (build afresh) if there is none or it is unusable."""
     if ruleset is None:
@@ -420,6 +426,11 @@ def _apply_prebuilt(ruleset: int | None, abi: int) -> bool:
 
 def _prebuild_landlock(ro: tuple[str, ...], rw: tuple[str, ...], *, network: bool) -> None:
     key = (ro, rw, network, landlock_abi())
+    if not all(os.path.exists(path) for path in rw):
+        # A rule can only name a path that exists: a ruleset built now would lock the workspace
+        # out of every worker it is handed to. Build nothing; each worker builds its own.
+        log.warning("landlock_not_prebuilt", missing=[p for p in rw if not os.path.exists(p)])
+        return
     if key not in _prebuilt:
         # One at a time: a parent whose settings changed must not hand stale rulesets down.
         for fd in _prebuilt.values():

@@ -9,6 +9,14 @@ always ends in ``os._exit`` — returning into the caller would clone the actor 
 
 The parent owns the ``WorkerHandle``: it kills (SIGKILL), reaps (``waitpid`` on this pid only;
 ``waitpid(-1)`` would steal the actor system's children) and closes it.
+
+``spawn_spare`` forks a plain-turn worker ahead of its turn (the zygote keeps one): it does all
+of the above up to the registry, then blocks on its channel (no CPU) until ``assign_spare``
+sends it an ``Assignment`` (the request and the deadline fixed at that moment). The spare
+answers with one ``ASSIGNMENT_ACK`` byte, read by ``assign_spare`` before the channel is handed
+on (so whoever gets it sees frames only), and from there runs exactly as a worker forked for
+that turn: one turn, then it dies. The acknowledgement is what tells a live spare from one that
+died while idle but was not yet reaped.
 """
 
 from __future__ import annotations
@@ -19,7 +27,9 @@ import ctypes
 import errno
 import fcntl
 import gc
+import math
 import os
+import select
 import signal
 import socket
 import sys
@@ -33,13 +43,20 @@ import structlog
 from shelldon.config import Settings
 from shelldon.contracts import (
     MAX_BLOB_BYTES,
+    Assignment,
     Completion,
     Job,
     JobFailed,
+    Message,
     Result,
     ResumeRequest,
+    Role,
+    ToolCall,
     ToolStarted,
     TurnRequest,
+    Usage,
+    decode,
+    encode,
 )
 from shelldon.core import sandbox
 from shelldon.core.limits import ProcessLimits, apply_limits
@@ -68,6 +85,19 @@ EXIT_CHANNEL = 3
 EXIT_UNKNOWN = 255
 """Worker exit codes: Result sent; crashed (apology attempted); Result could not be sent;
 unknown because something other than its handle reaped it."""
+
+SPARE_TURN_ID = "spare"
+"""The turn id a spare logs under until its Assignment names the real one."""
+
+ASSIGN_WAIT_S = 2.0
+"""Longest the parent waits to hand a spare its Assignment (a spare still starting up, a large
+request); past it the spare is taken for stuck and the turn gets a fresh worker."""
+
+ASSIGNMENT_ACK = b"\x06"
+"""A spare's one-byte answer to its Assignment, before any frame."""
+
+_ASSIGNMENT_READ_S = 5.0
+"""Once an Assignment's first byte is in, how long a spare waits for the rest of it."""
 
 CRASH_REPLY = "Sorry — something broke inside me during this turn. Please try again."
 
@@ -379,16 +409,38 @@ def _worker_main(
     settings: Settings,
     turn_id: str,
     deadline: float,
-    body: TurnBody,
+    body: TurnBody | None,
     registry_factory: RegistryFactory,
     network: bool = False,
     cgroup: sandbox.TurnCgroup | None = None,
 ) -> NoReturn:
-    """The child's whole life; every path ends in ``os._exit``."""
+    """The child's whole life; every path ends in ``os._exit``.
+
+    ``body`` None: a spare, which prepares, builds its registry, then waits for its Assignment.
+    """
     code = EXIT_CRASH
+    failure: BaseException | None = None
     try:
-        prepare_child(sock.fileno(), parent_pid, settings, turn_id, network=network, cgroup=cgroup)
-        registry = registry_factory(settings)
+        registry: Registry | None = None
+        try:
+            prepare_child(
+                sock.fileno(), parent_pid, settings, turn_id, network=network, cgroup=cgroup
+            )
+            registry = registry_factory(settings)
+        except BaseException as exc:
+            if body is not None:
+                raise
+            failure = exc  # a spare apologizes once it knows to which turn
+        if body is None:
+            _rehearse_assignment()
+            assignment = _await_assignment(sock)
+            request = assignment.request
+            turn_id, deadline = request.turn_id, assignment.deadline
+            structlog.contextvars.bind_contextvars(turn_id=turn_id)
+            body = _turn_body(request, settings)
+            if failure is not None:
+                raise failure
+        assert registry is not None
         registry.announce = channel_announce(sock, turn_id, deadline + settings.limits.kill_grace_s)
         # The parent kills at deadline + grace; waiting that long for an answer is never wrong.
         ask = channel_ask(sock, turn_id, deadline + settings.limits.kill_grace_s)
@@ -396,6 +448,13 @@ def _worker_main(
         code = EXIT_CHANNEL
         send_packed(sock, frame, deadline + settings.limits.kill_grace_s)
         code = EXIT_OK
+    except _NoAssignment as exc:
+        # A spare whose parent hung up or sent garbage: no turn was ever its own.
+        code = EXIT_CHANNEL
+        with contextlib.suppress(BaseException):
+            log.info("spare_not_assigned", error=str(exc))
+            if failure is not None:
+                log.error("worker_crashed", error=f"{type(failure).__name__}: {failure}")
     except BaseException as exc:
         # The apology goes first: logging itself may be what broke.
         if code == EXIT_CRASH:
@@ -406,6 +465,53 @@ def _worker_main(
             log.error(event, error=f"{type(exc).__name__}: {exc}")
     finally:
         os._exit(code)
+
+
+def _rehearse_assignment() -> None:
+    """Receive and acknowledge one made-up Assignment over a throwaway socketpair, so the first
+    run of that code (copy-on-write faults, the interpreter's first-call work) happens while
+    the spare is idle, not after its turn arrives. Failures only cost that head start."""
+    with contextlib.suppress(Exception):
+        warm_codec()
+        ours, theirs = socket.socketpair()
+        with ours, theirs:
+            request = TurnRequest(SPARE_TURN_ID, 0, "")
+            send_frame(theirs, Assignment(request, 0.0), time.monotonic() + 1.0)
+            ours.setblocking(False)
+            recv_frame(ours, time.monotonic() + 1.0)
+            ours.send(ASSIGNMENT_ACK)
+            theirs.recv(len(ASSIGNMENT_ACK))
+
+
+class _NoAssignment(Exception):
+    """A spare's channel closed or carried something other than its Assignment."""
+
+
+def _await_assignment(sock: socket.socket) -> Assignment:
+    """Block until the parent hands this spare its turn. The wait is a plain ``poll`` with no
+    timeout: an idle spare spins nothing and spends none of its RLIMIT_CPU."""
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    while not poller.poll():  # EINTR is retried by poll itself (PEP 475)
+        pass
+    try:
+        frame = recv_frame(sock, time.monotonic() + _ASSIGNMENT_READ_S)
+    except FrameError as exc:
+        raise _NoAssignment(str(exc)) from exc
+    if not isinstance(frame, Assignment):
+        raise _NoAssignment(f"expected an Assignment, got {type(frame).__name__}")
+    try:
+        sock.sendall(ASSIGNMENT_ACK)
+    except OSError as exc:
+        raise _NoAssignment(f"cannot acknowledge the assignment: {exc}") from exc
+    return frame
+
+
+def _turn_body(request: TurnRequest, settings: Settings) -> TurnBody:
+    def body(registry: Registry, ask: Ask, deadline: float) -> Result:
+        return run_turn(request, registry, ask, settings, deadline)
+
+    return body
 
 
 def above_stdio(sock: socket.socket) -> socket.socket:
@@ -423,12 +529,13 @@ def above_stdio(sock: socket.socket) -> socket.socket:
 def _spawn(
     turn_id: str,
     settings: Settings,
-    body: TurnBody,
+    body: TurnBody | None,
     registry_factory: RegistryFactory,
     *,
     network: bool = False,
 ) -> WorkerHandle:
-    deadline = time.monotonic() + settings.limits.turn_timeout_s
+    # A spare (body None) has no deadline until its Assignment fixes one.
+    deadline = time.monotonic() + settings.limits.turn_timeout_s if body is not None else math.inf
     try:
         parent_end, child_end = socket.socketpair()
         parent_end, child_end = above_stdio(parent_end), above_stdio(child_end)
@@ -478,7 +585,7 @@ def _spawn(
         except OSError as exc:
             log.warning("cgroup_not_joined", turn_id=turn_id, error=str(exc))
     parent_end.setblocking(False)
-    log.info("worker_spawned", pid=pid, turn_id=turn_id)
+    log.info("spare_spawned" if body is None else "worker_spawned", pid=pid, turn_id=turn_id)
     return WorkerHandle(pid=pid, sock=parent_end, deadline=deadline, turn_id=turn_id, cgroup=cgroup)
 
 
@@ -489,11 +596,72 @@ def spawn_turn(
     registry_factory: RegistryFactory = build_registry,
 ) -> WorkerHandle:
     """Fork a worker that runs ``request`` and sends Jobs, then one Result, on the channel."""
+    return _spawn(request.turn_id, settings, _turn_body(request, settings), registry_factory)
 
-    def body(registry: Registry, ask: Ask, deadline: float) -> Result:
-        return run_turn(request, registry, ask, settings, deadline)
 
-    return _spawn(request.turn_id, settings, body, registry_factory)
+def warm_codec() -> None:
+    """Decode one of each contract a worker receives (an Assignment carrying a request with a
+    tool call in its history, a Completion, a JobFailed), so the codec's per-class checkers
+    (built on first use, ~0.5 ms each family) already exist in every worker forked after it.
+    Called once by a process that forks workers (the zygote), before it forks them, and by a
+    spare before it waits: there it also takes the copy-on-write faults of that path early."""
+    call = ToolCall("w", "w", {})
+    usage = Usage()
+    samples = (
+        Assignment(TurnRequest("w", 0, "w", (Message(Role.ASSISTANT, "w", (call,)),)), 0.0),
+        Completion("w", (call,), usage),
+        JobFailed("w", "w", "w"),
+    )
+    for sample in samples:
+        decode(encode(sample))
+
+
+def spawn_spare(
+    settings: Settings, *, registry_factory: RegistryFactory = build_registry
+) -> WorkerHandle:
+    """Fork a plain-turn worker ahead of its turn: prepared, confined (network off), in its
+    turn's cgroup, registry built, then blocked on its channel until ``assign_spare``.
+
+    The handle's ``turn_id`` is ``SPARE_TURN_ID`` and its deadline infinite until assigned.
+    """
+    return _spawn(SPARE_TURN_ID, settings, None, registry_factory)
+
+
+def assign_spare(
+    handle: WorkerHandle, request: TurnRequest, deadline: float, *, wait_s: float = ASSIGN_WAIT_S
+) -> None:
+    """Hand the spare behind ``handle`` its turn and wait for its acknowledgement; the handle
+    then carries the turn's id and ``deadline``. Raises ``SpawnError`` if the spare is gone
+    (exited, killed, its channel shut) or has not acknowledged within ``wait_s`` (a spare still
+    starting up gets that long): the caller discards it."""
+    if handle.reap(block=False) is not None:
+        raise SpawnError(f"the spare exited while idle ({handle.exit_code})")
+    until = time.monotonic() + wait_s
+    try:
+        send_frame(handle.sock, Assignment(request, deadline), until)
+        # Only the ack byte is read: the Job the spare may already have sent stays queued.
+        poller = select.poll()
+        poller.register(handle.sock.fileno(), select.POLLIN)
+        ack = b""
+        while not ack:
+            left = until - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no acknowledgement within {wait_s} s")
+            if not poller.poll(max(1, int(left * 1000) + 1)):
+                continue
+            try:
+                ack = handle.sock.recv(len(ASSIGNMENT_ACK))
+            except (BlockingIOError, InterruptedError):
+                continue
+            if not ack:
+                raise ConnectionError("the spare closed its channel")
+    except (FrameError, OSError) as exc:
+        raise SpawnError(f"the spare did not take its assignment: {exc}") from exc
+    if ack != ASSIGNMENT_ACK:
+        raise SpawnError(f"the spare answered its assignment with {ack!r}")
+    handle.turn_id = request.turn_id
+    handle.deadline = deadline
+    log.info("spare_assigned", pid=handle.pid, turn_id=request.turn_id)
 
 
 def spawn_resume(

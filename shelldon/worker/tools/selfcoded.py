@@ -160,9 +160,19 @@ def discover(ctx: ToolContext) -> tuple[list[ToolSpec], list[ToolFailure]]:
         return _discover(ctx)
 
 
-def _discover(ctx: ToolContext) -> tuple[list[ToolSpec], list[ToolFailure]]:
-    global _seen  # noqa: PLW0603 - the one-entry cache described above
-    tools_dir = live_tools_dir(ctx)
+Fingerprint = tuple[bytes | None, frozenset[str]]
+"""What discovery reads: the live manifest's bytes (None: no manifest) and the ``*.py`` names."""
+
+
+def toolbox_fingerprint(ctx: ToolContext) -> Fingerprint:
+    """The inputs discovery builds the live toolbox from, as ``_discover`` reads them: equal
+    fingerprints give equal discovery results (while the manifest is usable; the AST fallback
+    of a missing or corrupt manifest also reads the modules). A worker forked ahead of its turn
+    compares it to decide whether its registry is stale. Raises ``OSError`` as ``discover``."""
+    return _read_inputs(live_tools_dir(ctx))
+
+
+def _read_inputs(tools_dir: Path) -> Fingerprint:
     try:
         raw: bytes | None = (tools_dir / MANIFEST_NAME).read_bytes()
     except OSError:
@@ -171,6 +181,13 @@ def _discover(ctx: ToolContext) -> tuple[list[ToolSpec], list[ToolFailure]]:
         on_disk = frozenset(n for n in os.listdir(tools_dir) if n.endswith(".py"))
     except FileNotFoundError:
         on_disk = frozenset()
+    return raw, on_disk
+
+
+def _discover(ctx: ToolContext) -> tuple[list[ToolSpec], list[ToolFailure]]:
+    global _seen  # noqa: PLW0603 - the one-entry cache described above
+    tools_dir = live_tools_dir(ctx)
+    raw, on_disk = _read_inputs(tools_dir)
     if raw is None and not on_disk:
         return [], []  # an empty toolbox (nothing promoted yet): nothing to read, nothing wrong
     seen = _seen
@@ -228,4 +245,5 @@ __all__ = [
     "live_tools_dir",
     "load_module",
     "specs",
+    "toolbox_fingerprint",
 ]

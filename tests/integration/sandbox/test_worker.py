@@ -7,13 +7,15 @@ Attack inspiration: see ``probe.py``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from shelldon.config import Settings
+from shelldon.config import Settings, load_settings
 from shelldon.contracts import ToolCall, TurnRequest
+from shelldon.core import sandbox
 from shelldon.worker.spawn import EXIT_OK, spawn_turn
 
 from .conftest import confined
@@ -126,3 +128,21 @@ def test_without_a_filesystem_layer_files_are_left_to_the_jail(
     # The FREE file tools still refuse it: the path jail is the guard left.
     ok, text = report["free"]["c-jail"]
     assert not ok and "the-vault-secret" not in text
+
+
+@pytest.mark.skipif(sandbox.landlock_abi() < 1, reason="the kernel has no Landlock")
+def test_no_ruleset_is_prebuilt_for_a_workspace_that_does_not_exist_yet(tmp_path: Path) -> None:
+    # A rule can only name an existing path: a ruleset prepared before the workspace existed
+    # (a zygote started on a fresh home) would lock every later worker out of it.
+    settings = confined(load_settings(environ={"SHELLDON_HOME": str(tmp_path / "h")}), "landlock")
+    sandbox.forget_prebuilt()
+    assert not settings.workspace.exists()
+
+    sandbox.prepare_worker(settings)
+    assert sandbox.prebuilt_ruleset_fds() == ()
+
+    settings.workspace.mkdir(parents=True)
+    sandbox.prepare_worker(settings)
+    (fd,) = sandbox.prebuilt_ruleset_fds()
+    os.close(fd)
+    sandbox.forget_prebuilt()
