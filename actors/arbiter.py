@@ -51,6 +51,7 @@ from shelldon.core.history import Store
 from shelldon.core.owner_commands import answer_command
 from shelldon.core.selfcode import SelfCode
 from shelldon.core.turnwatch import apology
+from shelldon.worker.prompt import recent_history
 
 log = structlog.get_logger(__name__)
 
@@ -195,13 +196,16 @@ class ArbiterActor(ContractActor):
     # ---------------------------------------------------------------- turns
 
     def _history(self, chat_id: int) -> tuple[Message, ...]:
-        assert self.store is not None
+        assert self.store is not None and self.settings is not None
         roles = {"user": Role.USER, "assistant": Role.ASSISTANT}
-        return tuple(
+        stored = tuple(
             Message(roles[m.role], m.content)
             for m in self.store.recent_messages(chat_id, limit=40)
             if m.role in roles
         )
+        # Only the window the prompt will use travels to the worker: a long conversation must
+        # never make the request too big to hand over (nor slower to encode).
+        return recent_history(stored, self.settings.limits.history_chars)
 
     def _start_turn(self, chat_id: int, text: str, source: str, turn_id: str = "") -> None:
         assert self.store is not None

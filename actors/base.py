@@ -99,7 +99,9 @@ class ContractActor(Actor):  # type: ignore[misc]
         super().__init__()
         self._watched: list[int] = []
         self._handler_cache: dict[type, str | None] = {}
-        if hardening.in_actor_process():
+        # In one process with other actors (the in-process base), each message names its actor.
+        self._shares_process = not hardening.in_actor_process()
+        if not self._shares_process:
             _configure_actor_logging(type(self).__name__)
 
     def watch(self, fd: int) -> None:
@@ -128,6 +130,8 @@ class ContractActor(Actor):  # type: ignore[misc]
         else:
             turn_id = getattr(message, "turn_id", None)
             context = {"turn_id": turn_id} if turn_id is not None else {}
+            if self._shares_process:
+                context["actor"] = type(self).__name__
             with structlog.contextvars.bound_contextvars(**context):
                 try:
                     result = getattr(self, name)(message, sender)

@@ -16,9 +16,10 @@ from typing import Any
 import structlog
 
 from actors.hardening import TRUSTED
+from actors.inproc import Driver
 from actors.messages import Boot, Ping, Status
 from actors.system import start_actor_system, stop_actor_system
-from shelldon.config import Settings
+from shelldon.config import IN_PROCESS_BASE, Settings
 from shelldon.sdnotify import Notifier
 
 log = structlog.get_logger(__name__)
@@ -53,9 +54,34 @@ def run_service(
     console: Console | None = None,
     story: tuple[tuple[str, bool], ...] = (),
     auto_yes: bool = False,
+    zygote: Any = None,
 ) -> int:
     """Run until SIGTERM/SIGINT, the console session ends, or a fatal error; return the exit
-    status (0 on a clean stop)."""
+    status (0 on a clean stop).
+
+    On the in-process base every worker is forked by ``zygote`` (started here if the caller did
+    not: it must leave before the transport and the broker read their secrets) and stopped here.
+    """
+    from actors.turn import use_zygote
+
+    if settings.actors.base == IN_PROCESS_BASE and zygote is None:
+        zygote = start_zygote(settings)
+    use_zygote(zygote)
+    try:
+        return _serve(settings, transport, console, story, auto_yes)
+    finally:
+        use_zygote(None)
+        if zygote is not None:
+            zygote.stop()
+
+
+def _serve(
+    settings: Settings,
+    transport: str,
+    console: Console | None,
+    story: tuple[tuple[str, bool], ...],
+    auto_yes: bool,
+) -> int:
     from actors.supervisor import SupervisorActor
 
     # Before the actor system forks: only this process speaks to systemd.
@@ -84,37 +110,77 @@ def run_service(
     started = time.monotonic()
     if transport == "telegram":
         # Imported once here, the HTTP stack is shared by the transport and the broker
-        # instead of being a private copy in each.
+        # instead of being a private copy in each (multiprocess base).
         import shelldon.transport.telegram_link  # noqa: F401
-    # Objects that exist now are never collected again: a collection in each forked actor
+    # Objects that exist now are never collected again: a collection in each forked process
     # would otherwise touch (and copy) every page holding them.
     gc.collect()
     gc.freeze()
     running = start_actor_system(admin_port=settings.actors.admin_port, base=settings.actors.base)
+    driver = Driver(running.system) if running.base == IN_PROCESS_BASE else None
+    # A stop signal must end the driver's sleep at once, not at its next wake-up.
+    wakeup_fd = signal.set_wakeup_fd(driver.wake_fd()) if driver is not None else -1
+    supervisor = None
     status = 1
     try:
         asys = running.system
         supervisor = asys.createActor(SupervisorActor)
         fds = (console.in_fd, console.out_fd, console.done_w) if console else ()
         boot = Boot(settings, transport, fds, story, auto_yes)
-        reply = asys.ask(supervisor, boot, ASK_TIMEOUT_S)
+        reply = ask(driver, asys, supervisor, boot)
         if not isinstance(reply, Status) or not reply.ready:
             log.error("service_not_ready", reply=repr(reply))
             return 1
-        if console is not None:
+        if console is not None and driver is None:
+            # The transport's process has its copy; in one process the copy is the transport's.
             os.close(console.done_w)
         log.info(
-            "service_ready", ms=round((time.monotonic() - started) * 1000, 1), transport=transport
+            "service_ready",
+            ms=round((time.monotonic() - started) * 1000, 1),
+            transport=transport,
+            base=running.base,
         )
         notifier.status("waiting for the transport")
-        status = _wait(asys, supervisor, console, stop, notifier)
+        status = _wait(asys, supervisor, console, stop, notifier, driver)
     finally:
         notifier.stopping("stopping")
+        if driver is not None:
+            stop_in_process(driver, supervisor)
+            signal.set_wakeup_fd(wakeup_fd)
+            driver.close()
         stop_actor_system(running)
         notifier.close()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return status
+
+
+def ask(driver: Driver | None, asys: Any, address: Any, message: Any) -> Any:
+    """Ask an actor and wait for its answer (through the loop on the in-process base)."""
+    if driver is not None:
+        return driver.ask(address, message, ASK_TIMEOUT_S)
+    return asys.ask(address, message, ASK_TIMEOUT_S)
+
+
+def start_zygote(settings: Settings) -> Any:
+    from shelldon.worker.zygote import Zygote
+
+    return Zygote.start(settings)
+
+
+def stop_in_process(driver: Driver, supervisor: Any, timeout_s: float = 3.0) -> None:
+    """Stop every actor of the in-process base: the supervisor's exit cascades to its children,
+    whose handlers close their threads, workers and gate runs."""
+    from thespian.actors import ActorExitRequest
+
+    if supervisor is not None:
+        try:
+            driver.system.tell(supervisor, ActorExitRequest())
+            end = time.monotonic() + timeout_s
+            while driver._base._pendingSends and time.monotonic() < end:
+                driver.run_pending()
+        except Exception:
+            log.exception("actors_stop_failed")
 
 
 def health_every_s(watchdog_s: float | None) -> float:
@@ -126,14 +192,31 @@ def health_every_s(watchdog_s: float | None) -> float:
 
 
 def _wait(
-    asys: Any, supervisor: Any, console: Console | None, stop: dict[str, int], notifier: Notifier
+    asys: Any,
+    supervisor: Any,
+    console: Console | None,
+    stop: dict[str, int],
+    notifier: Notifier,
+    driver: Driver | None = None,
 ) -> int:
     every = health_every_s(notifier.watchdog_s)
     polling = False
     next_health = time.monotonic()
+    done = {"console": False}
+    if driver is not None and console is not None:
+        driver.add_reader(console.done_r, lambda: done.update(console=True))
     while not stop["signal"]:
         tick = min(0.2, every)
-        if console is not None:
+        if driver is not None:
+            # The actors run here, in this thread, until it is time for a health check.
+            until = time.monotonic() + (every if polling else tick)
+            while not (stop["signal"] or done["console"]) and time.monotonic() < until:
+                driver.step(max(0.0, until - time.monotonic()))
+            if done["console"]:
+                return 0
+            if stop["signal"]:
+                break
+        elif console is not None:
             with contextlib.suppress(InterruptedError):
                 ready, _, _ = select.select([console.done_r], [], [], tick)
                 if ready:
@@ -144,7 +227,7 @@ def _wait(
         if polling and time.monotonic() < next_health:
             continue
         next_health = time.monotonic() + every
-        status = asys.ask(supervisor, Ping(), ASK_TIMEOUT_S)
+        status = ask(driver, asys, supervisor, Ping())
         if isinstance(status, Status) and status.fatal:
             log.error("service_stopping_fatal", reason=status.fatal)
             return status.exit_status or 1

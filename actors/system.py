@@ -26,11 +26,11 @@ import structlog
 
 from actors import proctree
 from actors.hardening import LOOPBACK_V4, harden_thespian, take_admin_process
+from shelldon.config import IN_PROCESS_BASE, ISOLATED_BASE
 
 log = structlog.get_logger(__name__)
 
-PRODUCTION_BASE = "multiprocTCPBase"
-IN_PROCESS_BASE = "simpleSystemBase"
+PRODUCTION_BASE = IN_PROCESS_BASE
 STOP_TIMEOUT_S = 5.0
 # A valid logging config for Thespian's own logger process, which receives nothing once
 # hardened; ``False`` (its "no logging" value) crashes multiproc actor start-up in 4.0.1.
@@ -94,16 +94,17 @@ def _check_port_free(port: int) -> None:
 def start_actor_system(
     *,
     admin_port: int,
-    base: str = PRODUCTION_BASE,
+    base: str = ISOLATED_BASE,
     capabilities: Mapping[str, Any] | None = None,
 ) -> RunningSystem:
     """Harden Thespian, start a fresh actor system of ``base`` with its Admin on
     127.0.0.1:``admin_port``, and return its handle."""
     from thespian.actors import ActorSystem
 
-    harden_thespian()
     in_process = base == IN_PROCESS_BASE
     if not in_process:
+        # The in-process base opens no socket and pickles nothing: nothing to harden.
+        harden_thespian()
         _check_port_free(admin_port)
     caps: dict[str, Any] = {"Admin Port": admin_port, "Process Startup Method": "fork"}
     caps.update(capabilities or {})

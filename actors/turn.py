@@ -13,7 +13,7 @@ import structlog
 from thespian.actors import ActorAddress, ActorExitRequest, WakeupMessage, WatchMessage
 
 from actors.base import ContractActor
-from actors.hardening import forget_wire_key
+from actors.hardening import forget_wire_key, in_actor_process
 from actors.messages import JobAnswer, StartResume, StartTurn, TurnEnded, Typing, Wire
 from shelldon.config import Settings
 from shelldon.contracts import Result
@@ -32,6 +32,19 @@ from shelldon.worker.tools import context_from_settings, selfcoded
 log = structlog.get_logger(__name__)
 
 TYPING_AFTER_S = 1.0
+_zygote: Any = None
+
+
+def use_zygote(zygote: Any) -> None:
+    """Fork every worker through ``zygote`` (a ``shelldon.worker.zygote.Zygote``).
+
+    The in-process base needs it: there the TurnActor shares its process with the transport
+    and the broker, whose memory holds credentials a forked worker must never inherit.
+    """
+    global _zygote  # noqa: PLW0603 - one per service process, set before the actors start
+    _zygote = zygote
+
+
 EXIT_GRACE_S = 0.5
 TYPING_REFRESH_S = 4.5
 
@@ -43,7 +56,8 @@ class TurnActor(ContractActor):
         super().__init__()
         # Every fork of this process is a worker that runs model-written code: it must not
         # keep the key that seals actor messages (it could forge them).
-        os.register_at_fork(after_in_child=forget_wire_key)
+        if in_actor_process():
+            os.register_at_fork(after_in_child=forget_wire_key)
         self.settings: Settings | None = None
         self.peers: dict[str, Any] = {}
         self.handle: WorkerHandle | None = None
@@ -59,11 +73,15 @@ class TurnActor(ContractActor):
 
     def receiveMsg_StartTurn(self, msg: StartTurn, sender: ActorAddress) -> None:
         req = msg.request
-        self._start(req.turn_id, req.chat_id, req.source, lambda s: spawn_turn(req, s))
+        zygote = _zygote
+        spawn = (lambda s: zygote.spawn_turn(req)) if zygote else (lambda s: spawn_turn(req, s))
+        self._start(req.turn_id, req.chat_id, req.source, spawn)
 
     def receiveMsg_StartResume(self, msg: StartResume, sender: ActorAddress) -> None:
         req = msg.request
-        self._start(req.turn_id, req.chat_id, "owner", lambda s: spawn_resume(req, s))
+        zygote = _zygote
+        spawn = (lambda s: zygote.spawn_resume(req)) if zygote else (lambda s: spawn_resume(req, s))
+        self._start(req.turn_id, req.chat_id, "owner", spawn)
 
     def _start(self, turn_id: str, chat_id: int, source: str, spawn: Any) -> None:
         settings = self.settings
@@ -73,9 +91,15 @@ class TurnActor(ContractActor):
             self._report(chat_id, source, apology(turn_id, "crash"))
             return
         self.chat_id, self.source, self.started = chat_id, source, time.monotonic()
-        # Discover live self-coded tools here, before the fork: the worker inherits the result
-        # and re-reads nothing unless the toolbox changed.
-        selfcoded.discover(context_from_settings(settings))
+        if _zygote is None and not in_actor_process():
+            # This process holds the transport's and the broker's secrets: never fork here.
+            log.error("worker_spawn_refused", turn_id=turn_id, why="in-process base, no zygote")
+            self._report(chat_id, source, apology(turn_id, "crash"))
+            return
+        if _zygote is None:
+            # Discover live self-coded tools here, before the fork: the worker inherits the
+            # result and re-reads nothing unless the toolbox changed (the zygote does the same).
+            selfcoded.discover(context_from_settings(settings))
         try:
             handle = spawn(settings)
         except SpawnError as exc:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from shelldon import __version__
-from shelldon.config import ConfigError, Settings, load_settings
+from shelldon.config import IN_PROCESS_BASE, ConfigError, Settings, load_settings
 
 
 def _load(args: argparse.Namespace) -> Settings:
@@ -26,13 +26,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return run_doctor(settings, sys.stdout, for_run=for_run)
 
 
-def _console_fds() -> Any:
-    """Keep the terminal for the conversation; every process's stdout becomes the log file."""
-    from actors.service import Console
-
+def _console_fds() -> tuple[int, int, int, int]:
+    """Keep the terminal for the conversation; every process's stdout becomes the log file.
+    Returns (in, out, done_r, done_w) for ``actors.service.Console``."""
     in_fd, out_fd = os.dup(0), os.dup(1)
     done_r, done_w = os.pipe()
-    return Console(in_fd, out_fd, done_r, done_w)
+    return in_fd, out_fd, done_r, done_w
 
 
 def _logs_to_file(settings: Settings) -> Path:
@@ -45,52 +44,78 @@ def _logs_to_file(settings: Settings) -> Path:
     return path
 
 
-def _start(settings: Settings, actor: str) -> None:
+def _start(settings: Settings, actor: str) -> Any:
+    """Logging, the worker zygote (in-process base), then secrets; returns the zygote or None.
+
+    Nothing of the actor runtime is imported yet: the zygote, which forks every worker, is the
+    service's first fork. It never holds a credential (the environment's secrets arrive through
+    a pipe only read after it left, see ``reexec_without_env_secrets``) and shares most of its
+    pages with this process.
+    """
+    import gc
+
     from shelldon.logs import configure_logging
+
+    configure_logging(actor=actor, home=settings.home)
+    zygote = None
+    if settings.actors.base == IN_PROCESS_BASE:
+        from shelldon.worker.zygote import Zygote
+
+        gc.collect()
+        gc.freeze()
+        zygote = Zygote.start(settings)
     from shelldon.secrets import take_env_secrets
 
-    # Before anything forks: no actor, worker or child may inherit a secret variable.
+    # Before anything else forks: no actor, worker or child may inherit a secret variable.
     take_env_secrets()
-    configure_logging(actor=actor, home=settings.home)
+    return zygote
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """The service: actor system + Telegram transport."""
+    settings = _load(args)
+    zygote = _start(settings, "main")
     from actors.service import run_service
 
-    settings = _load(args)
-    _start(settings, "main")
-    return run_service(settings, transport="telegram")
+    return run_service(settings, transport="telegram", zygote=zygote)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
     """The same runtime with the console transport; approvals asked at the prompt."""
-    from actors.service import run_service
-
     settings = _load(args)
-    console = _console_fds()
+    fds = _console_fds()
     log_path = _logs_to_file(settings)
-    _start(settings, "main")
+    zygote = _start(settings, "main")
+    from actors.service import Console, run_service
+
+    console = Console(*fds)
     os.write(console.out_fd, f"(logs: {log_path})\n".encode())
-    return run_service(settings, transport="console", console=console)
+    return run_service(settings, transport="console", console=console, zygote=zygote)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Offline story on the scripted brain through the real runtime."""
     import tempfile
 
-    from actors.service import run_service
     from shelldon.demo import STORY, write_demo_config
 
     home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="shelldon-demo-"))
     config = write_demo_config(home)
     settings = load_settings(config, environ={**os.environ, "SHELLDON_HOME": str(home)})
-    console = _console_fds()
+    fds = _console_fds()
     log_path = _logs_to_file(settings)
-    _start(settings, "main")
+    zygote = _start(settings, "main")
+    from actors.service import Console, run_service
+
+    console = Console(*fds)
     os.write(console.out_fd, f"shelldon demo — home {home}, logs {log_path}\n".encode())
     status = run_service(
-        settings, transport="console", console=console, story=STORY, auto_yes=args.yes
+        settings,
+        transport="console",
+        console=console,
+        story=STORY,
+        auto_yes=args.yes,
+        zygote=zygote,
     )
     tools = sorted(p.stem for p in (settings.workspace / "tools").glob("*.py"))
     os.write(console.out_fd, f"live self-coded tools: {', '.join(tools) or 'none'}\n".encode())

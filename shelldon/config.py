@@ -21,7 +21,11 @@ from typing import Any
 PROVIDERS = ("anthropic", "openai", "scripted")
 SANDBOX_MODES = ("required", "best-effort", "off")
 SANDBOX_FS_LAYERS = ("auto", "landlock", "userns", "none")
-ACTOR_BASES = ("multiprocTCPBase", "simpleSystemBase")
+IN_PROCESS_BASE = "simpleSystemBase"
+ISOLATED_BASE = "multiprocTCPBase"
+ACTOR_BASES = (IN_PROCESS_BASE, ISOLATED_BASE)
+"""The production base runs every actor in one process (driven by ``actors.inproc``); the
+isolated base runs each actor in a process of its own (more memory, slower hops)."""
 
 
 class ConfigError(ValueError):
@@ -80,7 +84,7 @@ class ActorsSettings:
     """The actor system: its base and the Admin's fixed loopback port."""
 
     admin_port: int = 19471
-    base: str = "multiprocTCPBase"
+    base: str = IN_PROCESS_BASE
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,12 +2,16 @@
 
     .venv/bin/python tests/bench/bench_turn.py [--provider scripted|openai|anthropic] [--turns N]
 
-Runs the real service (multiprocTCPBase actors, forked workers, sqlite) with the Telegram
-transport against the fake Bot API, and a zero-latency brain: the scripted provider, or the
-fake OpenAI / Anthropic server on loopback driven by the real client. Each turn makes two FREE
-tool calls (two rounds of get_time, three model calls). Prints, for update in → reply out:
-p50/p95 latency; PSS of every process of the service idle and at its peak during turns
-(summed from /proc/PID/smaps_rollup); and cold start of `shelldon run` to polling.
+Runs the real service (`shelldon run`: actors on the chosen base, the zygote and its forked
+workers, sqlite) with the Telegram transport against the fake Bot API, and a zero-latency
+brain: the scripted provider, or the fake OpenAI / Anthropic server on loopback driven by the
+real client. Each turn makes two FREE tool calls (two rounds of get_time, three model calls).
+Prints, for update in → reply out: p50/p95 latency (timed turns, nothing else sampling the
+service); PSS of every process of the service idle, and at its peak during further turns
+sampled every 5 ms (summed from /proc/PID/smaps_rollup: reading smaps of every process 200
+times a second slows the service, so those turns are not timed); and cold start of
+`shelldon run` to polling. ``--base`` picks simpleSystemBase (production, the default) or
+multiprocTCPBase.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from tests.integration.runtime.harness import ThreadedFakeTelegram, free_port  #
 
 OWNER = 1001
 REPLY = "Two clocks checked."
+PEAK_TURNS = 10
 
 
 def brain(provider: str, turns: int) -> tuple[list[dict[str, Any]], dict[str, str], Any]:
@@ -93,8 +98,8 @@ class RunningService:
         self.proc.wait(10)
 
 
-def bench(provider: str, turns: int, warmup: int, gap_s: float) -> None:
-    script, env, fake = brain(provider, turns + warmup)
+def bench(provider: str, turns: int, warmup: int, gap_s: float, base: str) -> None:
+    script, env, fake = brain(provider, turns + warmup + PEAK_TURNS)
     tg = ThreadedFakeTelegram()
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
@@ -105,7 +110,7 @@ def bench(provider: str, turns: int, warmup: int, gap_s: float) -> None:
         else:
             (home / "script.json").write_text(json.dumps(script))
             env = {"SHELLDON_BRAIN_SCRIPT": "script.json"}
-        svc = RunningService(home, tg, env)
+        svc = RunningService(home, tg, {**env, "SHELLDON_ACTORS_BASE": base})
         try:
             tg.wait(lambda: tg.fake.commands, timeout=30)
 
@@ -127,6 +132,7 @@ def bench(provider: str, turns: int, warmup: int, gap_s: float) -> None:
             time.sleep(1.0)
             idle = svc.pss_mb()
             processes = len(svc.pids())
+            times = [one_turn(warmup + i) for i in range(turns)]
             peak = [idle]
             sampling = threading.Event()
 
@@ -137,11 +143,12 @@ def bench(provider: str, turns: int, warmup: int, gap_s: float) -> None:
 
             sampler = threading.Thread(target=sample, daemon=True)
             sampler.start()
-            times = [one_turn(warmup + i) for i in range(turns)]
+            for i in range(PEAK_TURNS):
+                one_turn(warmup + turns + i)
             sampling.set()
             sampler.join()
             q = statistics.quantiles(times, n=20)
-            print(f"provider={provider} turns={turns} processes idle={processes}")
+            print(f"provider={provider} base={base} turns={turns} processes idle={processes}")
             print(
                 f"  update in -> reply out: p50 {statistics.median(times):.1f} ms, "
                 f"p95 {q[18]:.1f} ms, max {max(times):.1f} ms"
@@ -154,7 +161,7 @@ def bench(provider: str, turns: int, warmup: int, gap_s: float) -> None:
                 fake.stop()
 
 
-def cold_start(runs: int) -> None:
+def cold_start(runs: int, base: str) -> None:
     """`shelldon run` from exec to the transport polling (setMyCommands seen by the fake)."""
     figures = []
     for _ in range(runs):
@@ -169,6 +176,7 @@ def cold_start(runs: int) -> None:
                 "SHELLDON_TELEGRAM_API_BASE": tg.api_base,
                 "SHELLDON_TELEGRAM_ALLOWED_USERS": str(OWNER),
                 "SHELLDON_ACTORS_ADMIN_PORT": str(free_port()),
+                "SHELLDON_ACTORS_BASE": base,
             }
             started = time.perf_counter()
             proc = subprocess.Popen(
@@ -185,7 +193,7 @@ def cold_start(runs: int) -> None:
                 proc.wait(10)
                 tg.close()
     print(
-        f"cold start to ready (`shelldon run` exec -> polling): "
+        f"cold start to ready (`shelldon run` exec -> polling, {base}): "
         f"median {statistics.median(figures):.0f} ms over {runs} runs "
         f"(min {min(figures):.0f}, max {max(figures):.0f})"
     )
@@ -200,12 +208,15 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--cold-starts", type=int, default=5)
     parser.add_argument("--gap", type=float, default=0.6, help="seconds between turns")
+    parser.add_argument(
+        "--base", choices=["simpleSystemBase", "multiprocTCPBase"], default="simpleSystemBase"
+    )
     args = parser.parse_args()
     providers = ["scripted", "openai", "anthropic"] if args.provider == "all" else [args.provider]
     for provider in providers:
-        bench(provider, args.turns, args.warmup, args.gap)
+        bench(provider, args.turns, args.warmup, args.gap, args.base)
     if args.cold_starts:
-        cold_start(args.cold_starts)
+        cold_start(args.cold_starts, args.base)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,8 @@ def service(tmp_path: Path) -> Iterator[Service]:
         SHELLDON_LIMITS_TURN_TIMEOUT_S="5",
         SHELLDON_LIMITS_BAIL_MARGIN_S="0.5",
         SHELLDON_LIMITS_KILL_GRACE_S="0.5",
+        # Each actor a process of its own, so one can be SIGKILLed mid-turn.
+        SHELLDON_ACTORS_BASE="multiprocTCPBase",
     )
     try:
         yield svc

@@ -385,9 +385,4 @@ def test_garbage_worker_frames_end_the_turn_with_an_apology(tampered: Service) -
     tampered.say("ping")
     tampered.expect("pong")
     assert tampered.status().restarts == 0
-    assert not [p for p in tampered.pids() if _worker_of(p, tampered)]
-
-
-def _worker_of(pid: int, svc: Service) -> bool:
-    stat_line = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat_line.rsplit(")", 1)[1].split()[1]) == svc.pid_of("turn")
+    assert not tampered.turn_workers()

@@ -30,7 +30,7 @@ def admin_port() -> int:
 
 @pytest.fixture
 def running(admin_port: int) -> Iterator[RunningSystem]:
-    """A hardened production-base actor system, stopped (and checked) even if the test fails."""
+    """A hardened multiprocTCPBase system, stopped (and checked) even if the test fails."""
     system = start_actor_system(admin_port=admin_port)
     try:
         yield system

@@ -1,5 +1,10 @@
-"""A real shelldon service for tests: multiprocTCPBase actors, real forks, real sqlite, the
-console transport over pipes (what `shelldon chat` uses), and the scripted brain."""
+"""A real shelldon service for tests: real actors, real forks, real sqlite, the console
+transport over pipes (what `shelldon chat` uses), and the scripted brain.
+
+The base is the configured one: the production in-process base by default (its driver loop
+runs in a thread of the test process, workers come from a real zygote), or the isolated
+multiprocTCPBase with ``SHELLDON_ACTORS_BASE=multiprocTCPBase`` (tests that kill actor
+processes)."""
 
 from __future__ import annotations
 
@@ -12,12 +17,26 @@ import time
 from pathlib import Path
 from typing import Any
 
+from actors.inproc import Driver
 from actors.messages import Boot, InboxChanged, Ping, Status
-from actors.service import trust_runtime_classes
+from actors.service import stop_in_process, trust_runtime_classes
 from actors.system import RunningSystem, start_actor_system, stop_actor_system
-from shelldon.config import Settings, load_settings
+from actors.turn import use_zygote
+from shelldon.config import IN_PROCESS_BASE, ISOLATED_BASE, Settings, load_settings
 from shelldon.contracts import encode
 from shelldon.core.history import Store
+
+
+def service_processes(main_pid: int, admin_port: int) -> set[int]:
+    """Every process of a service started as a subprocess: the main process and its
+    descendants (the zygote and workers of the in-process base), plus, on the isolated base,
+    the Admin's session (its actor processes)."""
+    from actors import proctree
+
+    roots = {main_pid}
+    for admin in proctree.listeners_on_port(admin_port):
+        roots |= {admin} | proctree.session_members(os.getsid(admin))
+    return proctree.with_descendants(roots)
 
 
 def free_port() -> int:
@@ -96,7 +115,24 @@ class Service:
         self.seen = 0
         trust_runtime_classes()
         self.telegram: ThreadedFakeTelegram | None = None
-        self.running: RunningSystem = start_actor_system(admin_port=self.settings.actors.admin_port)
+        self.base = self.settings.actors.base
+        self.zygote: Any = None
+        self.driver: Driver | None = None
+        self.supervisor: Any = None
+        if self.base == IN_PROCESS_BASE:
+            from shelldon.worker.zygote import Zygote
+
+            self.zygote = Zygote.start(self.settings)
+            use_zygote(self.zygote)
+        try:
+            self.running: RunningSystem = start_actor_system(
+                admin_port=self.settings.actors.admin_port, base=self.base
+            )
+        except BaseException:
+            self._stop_zygote()
+            raise
+        if self.base == IN_PROCESS_BASE:
+            self.driver = Driver(self.running.system)
         try:
             from actors.supervisor import SupervisorActor
 
@@ -113,10 +149,17 @@ class Service:
                 )
                 self.settings = dataclasses.replace(self.settings, telegram=tg)
             asys = self.running.system
-            self.supervisor = asys.createActor(SupervisorActor)
+            if self.driver is not None:
+                # Only the driver's thread touches the actor system (and the actors' sqlite).
+                self.driver.start_thread("test-actors")
             kind = "telegram" if telegram else "console"
             boot = Boot(self.settings, kind, (self.in_r, self.out_w, self.done_w))
-            status = asys.ask(self.supervisor, boot, 15)
+
+            def start() -> Status:
+                self.supervisor = asys.createActor(SupervisorActor)
+                return self.ask(self.supervisor, boot, 15)  # type: ignore[no-any-return]
+
+            status = self.driver.call(start, 20) if self.driver is not None else start()
             assert isinstance(status, Status) and status.ready, status
             self.peers = status.peers
         except BaseException:
@@ -163,21 +206,59 @@ class Service:
     def inject(self, event: Any) -> None:
         """Hand an event to the inbox directly (as a transport would) and wake the arbiter."""
         self.store.put_inbox(encode(event), time.time())
-        self.running.system.tell(self.peers["arbiter"], InboxChanged())
+        self.tell(self.peers["arbiter"], InboxChanged())
+
+    def tell(self, address: Any, message: Any) -> None:
+        """Send an actor a message from the test."""
+        if self.driver is not None:
+            self.driver.tell(address, message)
+        else:
+            self.running.system.tell(address, message)
+
+    def ask(self, address: Any, message: Any, timeout: float = 10.0) -> Any:
+        if self.driver is not None:
+            return self.driver.ask(address, message, timeout)
+        return self.running.system.ask(address, message, timeout)
 
     def status(self) -> Status:
-        status = self.running.system.ask(self.supervisor, Ping(), 10)
+        status = self.ask(self.supervisor, Ping(), 10)
         assert isinstance(status, Status)
         self.peers = status.peers
         return status
 
     def pids(self) -> set[int]:
+        """Processes of the service besides this test process: actor processes (isolated
+        base) or the zygote and its workers (in-process base)."""
+        if self.zygote is not None:
+            from actors import proctree
+
+            return proctree.with_descendants({self.zygote.pid}) if self.zygote.alive() else set()
         return self.running.pids()
 
+    def turn_workers(self) -> set[int]:
+        """Workers of this service alive now, except the zygote's idle spare (which runs no
+        turn until one is handed to it)."""
+        parent = self.worker_parent()
+        spare = self.zygote.spare_pid() if self.zygote is not None else None
+        workers = set()
+        for pid in self.pids():
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == parent and pid != spare:
+                workers.add(pid)
+        return workers
+
+    def worker_parent(self) -> int:
+        """The pid that forks this service's workers (the zygote, or the TurnActor)."""
+        return self.zygote.pid if self.zygote is not None else self.pid_of("turn")
+
     def pid_of(self, role: str) -> int:
-        """The process of actor ``role`` (found by its listening port)."""
+        """The process of actor ``role`` (found by its listening port; isolated base only)."""
         from actors import proctree
 
+        assert self.base == ISOLATED_BASE, "actors have processes of their own only there"
         port = self.peers[role].addressDetails.connectArgs[0][1]
         (pid,) = proctree.listeners_on_port(port)
         return pid
@@ -185,9 +266,20 @@ class Service:
     def stop(self) -> None:
         with contextlib.suppress(Exception):
             self.store.close()
+        if self.driver is not None:
+            driver = self.driver
+            with contextlib.suppress(Exception):
+                driver.call(lambda: stop_in_process(driver, self.supervisor), 10)
+            driver.close()
         stop_actor_system(self.running)
+        self._stop_zygote()
         if self.telegram is not None:
             self.telegram.close()
         for fd in (self.in_r, self.in_w, self.out_r, self.out_w, self.done_r, self.done_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+    def _stop_zygote(self) -> None:
+        if self.zygote is not None:
+            use_zygote(None)
+            self.zygote.stop()

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from actors import proctree
 from tests.fakes.fake_openai import FakeOpenAI
 
-from .harness import free_port
+from .harness import free_port, service_processes
 
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.parametrize("base", ["simpleSystemBase", "multiprocTCPBase"])
 def test_env_secrets_never_reach_a_forked_process_but_the_broker_uses_them(
-    tmp_path: Path,
+    tmp_path: Path, base: str
 ) -> None:
     fake = FakeOpenAI().start()
     fake.reply_text("the key worked")
@@ -33,6 +33,7 @@ def test_env_secrets_never_reach_a_forked_process_but_the_broker_uses_them(
         "SHELLDON_BRAIN_BASE_URL": fake.base_url,
         "OPENAI_API_KEY": fake.api_key,
         "TELEGRAM_BOT_TOKEN": "123456:ENV-SECRET-TOKEN-abcdefghijklmnop",
+        "SHELLDON_ACTORS_BASE": base,
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "shelldon", "chat"],
@@ -45,11 +46,8 @@ def test_env_secrets_never_reach_a_forked_process_but_the_broker_uses_them(
         assert proc.stdout is not None and proc.stdin is not None
         while b"listening" not in proc.stdout.readline():
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        (admin,) = proctree.listeners_on_port(port)
-        tree = proctree.with_descendants(
-            {proc.pid, admin} | proctree.session_members(os.getsid(admin))
-        )
-        assert len(tree) >= 8
+        tree = service_processes(proc.pid, port)
+        assert len(tree) >= (8 if base == "multiprocTCPBase" else 2), tree
         for pid in tree:
             environ = Path(f"/proc/{pid}/environ").read_bytes()
             assert fake.api_key.encode() not in environ, pid

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from actors import proctree
+from shelldon.config import IN_PROCESS_BASE, ISOLATED_BASE
 from shelldon.contracts import Decision, InboundMessage, Job, Message, Result, Role
 from shelldon.worker import spawn
 
@@ -79,32 +80,42 @@ def test_a_worker_past_its_deadline_is_killed_and_the_next_turn_runs(tampered: S
     tampered.say("sleeper")
     tampered.expect("took longer than I'm allowed", timeout=10)
     assert time.monotonic() - before < 2 + 0.5 + 2.0
-    assert not [p for p in tampered.pids() if _is_worker_of(p, tampered)]
+    assert not tampered.turn_workers()
     tampered.say("what time is it")
     tampered.expect("Clock checked.")
 
 
-def _is_worker_of(pid: int, svc: Service) -> bool:
-    turn = svc.pid_of("turn")
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat.rsplit(")", 1)[1].split()[1]) == turn
-
-
-@pytest.fixture
-def service(tmp_path: Path) -> Any:
+@pytest.fixture(params=[IN_PROCESS_BASE, ISOLATED_BASE])
+def service(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
     svc = Service(
         tmp_path / "home",
         SCRIPT,
         SHELLDON_LIMITS_EVAL_TIMEOUT_S="8",
         SHELLDON_LIMITS_TURN_TIMEOUT_S="10",
+        SHELLDON_ACTORS_BASE=request.param,
+    )
+    yield svc
+    svc.stop()
+
+
+@pytest.fixture
+def isolated(tmp_path: Path) -> Any:
+    """The multiprocess base: each actor a process the test can SIGKILL."""
+    svc = Service(
+        tmp_path / "home",
+        SCRIPT,
+        SHELLDON_LIMITS_EVAL_TIMEOUT_S="8",
+        SHELLDON_LIMITS_TURN_TIMEOUT_S="10",
+        SHELLDON_ACTORS_BASE=ISOLATED_BASE,
     )
     yield svc
     svc.stop()
 
 
 def test_killed_turn_actor_is_restarted_and_the_turn_in_flight_gets_an_apology(
-    service: Service,
+    isolated: Service,
 ) -> None:
+    service = isolated
     service.inject(InboundMessage(0, 0, "slow please"))
     time.sleep(0.3)
     os.kill(service.pid_of("turn"), signal.SIGKILL)
@@ -116,7 +127,8 @@ def test_killed_turn_actor_is_restarted_and_the_turn_in_flight_gets_an_apology(
     service.expect("Clock checked.")
 
 
-def test_killed_arbiter_loses_nothing_parked(service: Service) -> None:
+def test_killed_arbiter_loses_nothing_parked(isolated: Service) -> None:
+    service = isolated
     service.say("save a note")
     service.expect("[y/N]")
     (parked,) = service.store.pending()
@@ -133,21 +145,25 @@ def test_killed_arbiter_loses_nothing_parked(service: Service) -> None:
 
 def test_an_actor_that_gets_junk_keeps_serving(service: Service) -> None:
     for role in ("arbiter", "turn", "broker", "approvals", "transport"):
-        service.running.system.tell(service.peers[role], {"not": "a contract"})
-        service.running.system.tell(service.peers[role], Result("t-x", "stray"))
+        service.tell(service.peers[role], {"not": "a contract"})
+        service.tell(service.peers[role], Result("t-x", "stray"))
     service.say("what time is it")
     service.expect("Clock checked.")
 
 
+@pytest.mark.parametrize("base", [IN_PROCESS_BASE, ISOLATED_BASE])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_shelldon_chat_stops_on_signal_within_5s_leaving_nothing(tmp_path: Path, sig: int) -> None:
-    from .harness import free_port
+def test_shelldon_chat_stops_on_signal_within_5s_leaving_nothing(
+    tmp_path: Path, sig: int, base: str
+) -> None:
+    from .harness import free_port, service_processes
 
     port = free_port()
     env = {
         **os.environ,
         "SHELLDON_HOME": str(tmp_path / "h"),
         "SHELLDON_ACTORS_ADMIN_PORT": str(port),
+        "SHELLDON_ACTORS_BASE": base,
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "shelldon", "chat"],
@@ -163,11 +179,9 @@ def test_shelldon_chat_stops_on_signal_within_5s_leaving_nothing(tmp_path: Path,
         while b"listening" not in line:
             line = proc.stdout.readline()
             assert line, "shelldon chat ended before it was ready"
-        (admin,) = proctree.listeners_on_port(port)
-        tree = proctree.with_descendants(
-            {proc.pid, admin} | proctree.session_members(os.getsid(admin))
-        )
-        assert len(tree) >= 8, tree  # main, admin, 7 actors (and maybe the logger)
+        tree = service_processes(proc.pid, port)
+        # isolated: main, admin, 7 actors (and the logger); in-process: main and the zygote
+        assert len(tree) >= (8 if base == ISOLATED_BASE else 2), tree
         before = time.monotonic()
         proc.send_signal(sig)
         assert proc.wait(timeout=6) == 0

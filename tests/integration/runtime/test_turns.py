@@ -51,6 +51,16 @@ def test_a_free_turn_replies(service: Service) -> None:
     service.expect("It is clock o'clock.")
 
 
+def test_a_conversation_far_over_the_request_cap_still_gets_turns(service: Service) -> None:
+    # 40 stored messages of 40 000 four-byte characters (~6 MiB): only the window the prompt
+    # uses travels to the worker, so the request stays small enough to hand over.
+    for i in range(40):
+        role = "user" if i % 2 == 0 else "assistant"
+        service.store.append_message(0, role, "\U0001f422" * 40_000, time.time())
+    service.say("what time is it?")
+    service.expect("It is clock o'clock.")
+
+
 def test_risky_call_parks_and_resumes_on_approve(service: Service) -> None:
     service.say("save a note")
     service.expect("approve?")

@@ -74,7 +74,13 @@ def test_no_service_port_is_reachable_from_a_worker_or_a_gate(tmp_path: Path, la
     settings = load_settings(environ={"SHELLDON_HOME": str(home)})
     settings.workspace.mkdir(parents=True)
     promote(settings, "port_probe", PORT_PROBE)
-    svc = Service(home, script(settings.workspace), SHELLDON_SANDBOX_FS=layer)
+    # The isolated base is the one with ports (one per actor); the in-process base has none.
+    svc = Service(
+        home,
+        script(settings.workspace),
+        SHELLDON_SANDBOX_FS=layer,
+        SHELLDON_ACTORS_BASE="multiprocTCPBase",
+    )
     try:
         listening = proctree.listening_sockets(proctree.with_descendants(svc.pids()))
         ports = sorted({s.port for s in listening})

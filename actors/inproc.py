@@ -1,0 +1,252 @@
+"""Run Thespian's ``simpleSystemBase`` as a real event loop: one process, one thread of actors.
+
+Why: every actor of a multiprocess base is a Python process of its own (6-10 MB of private
+pages each on 3.11), and every message is pickled over TCP (~1-4 ms a hop). On a 416 MB Pi one
+process is what fits the budget. ``simpleSystemBase`` alone cannot serve: it runs actors only
+inside ``ask``/``tell``/``listen``, sleeps through its wake-ups, and has no ``ThespianWatch``.
+
+``Driver`` supplies the missing loop. Each ``step`` delivers every pending message and due
+wake-up, then ``poll``s the descriptors the actors watch, the descriptors the owner of the loop
+added (``add_reader``) and a wake pipe, sleeping no longer than the next wake-up. An actor
+watches as on multiprocTCPBase, by returning ``ThespianWatch(fds)`` from ``receiveMessage``
+(the list holds until its next message); a readable descriptor becomes a ``WatchMessage``.
+Other threads never touch the actor system: ``call`` runs a function on the loop's thread and
+hands back its result.
+
+``poll`` (not epoll) on purpose: it keeps no kernel state, so a descriptor number that an actor
+closed and reused for a new worker channel within one batch of messages is simply watched anew.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import select
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import structlog
+from thespian.actors import ThespianWatch, WatchMessage
+from thespian.system import isInternalActorSystemMessage
+
+log = structlog.get_logger(__name__)
+
+_READABLE = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR | select.POLLNVAL
+# Longest sleep with nothing due: a bound, not a tick (everything that matters wakes the poll).
+MAX_SLEEP_S = 1.0
+
+
+def _honour_thespian_watch() -> None:
+    """Keep what each actor's ``receiveMessage`` returns when it is a ``ThespianWatch``.
+
+    simpleSystemBase calls every actor through ``actor_base_receive`` (bound when the actor is
+    created) and drops the return value; this keeps the watch list on the actor instead.
+    """
+    from thespian.system import simpleSystemBase
+
+    if getattr(simpleSystemBase.actor_base_receive, "keeps_watch", False):
+        return
+
+    def actor_base_receive(instance: Any, msg: Any, sender: Any) -> None:
+        result = instance.receiveMessage(msg, sender)
+        instance._shelldon_watch = (
+            tuple(result.filenos) if isinstance(result, ThespianWatch) else ()
+        )
+
+    actor_base_receive.keeps_watch = True  # type: ignore[attr-defined]
+    simpleSystemBase.actor_base_receive = actor_base_receive
+
+
+class Driver:
+    """The event loop of an in-process (``simpleSystemBase``) actor system. Create it before
+    the first actor."""
+
+    def __init__(self, system: Any) -> None:
+        _honour_thespian_watch()
+        self.system = system
+        self._base = system._systemBase
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
+        self._readers: dict[int, Callable[[], None]] = {}
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._owner = threading.get_ident()
+
+    # ------------------------------------------------------------------ the loop
+
+    def run_pending(self) -> None:
+        """Deliver every pending message and every wake-up that is due."""
+        base = self._base
+        base._realizeWakeups()
+        base._runSends()
+
+    def _watched(self) -> dict[int, list[Any]]:
+        wanted: dict[int, list[Any]] = {}
+        for ref in list(self._base.actorRegistry.values()):
+            instance = getattr(ref, "instance", None) if ref is not None else None
+            for fd in getattr(instance, "_shelldon_watch", ()):
+                wanted.setdefault(fd, []).append(ref.address)
+        return wanted
+
+    def _sleep_s(self, limit: float) -> float:
+        due = self._base._next_wakeup()
+        if due is None:
+            return limit
+        return max(0.0, min(limit, float(due.view().remainingSeconds())))
+
+    def step(self, timeout: float = MAX_SLEEP_S) -> None:
+        """One turn of the loop: deliver, wait for a descriptor or a wake-up, deliver."""
+        self.run_pending()
+        self._run_calls()
+        watched = self._watched()
+        poller = select.poll()
+        poller.register(self._wake_r, select.POLLIN)
+        for fd in (*watched, *self._readers):
+            poller.register(fd, select.POLLIN | select.POLLPRI)
+        sleep_s = 0.0 if self._has_work() else self._sleep_s(timeout)
+        try:
+            events = poller.poll(sleep_s * 1000)
+        except InterruptedError:  # pragma: no cover - PEP 475 retries; a raising handler lands here
+            events = []
+        # ActorAddress is not hashable: key by its string, keep the address alongside.
+        ready: dict[str, tuple[Any, list[int]]] = {}
+        for fd, mask in events:
+            if not mask & _READABLE:
+                continue
+            if fd == self._wake_r:
+                with contextlib.suppress(BlockingIOError, OSError):
+                    while os.read(self._wake_r, 4096):
+                        pass
+                continue
+            for address in watched.get(fd, ()):
+                ready.setdefault(address.actorAddressString, (address, []))[1].append(fd)
+            reader = self._readers.get(fd)
+            if reader is not None:
+                reader()
+        for address, fds in ready.values():
+            self._base.actor_send(address, address, WatchMessage(fds))
+        self._run_calls()
+        self.run_pending()
+
+    def _has_work(self) -> bool:
+        return bool(self._base._pendingSends) or not self._calls.empty()
+
+    def run(self, until: Callable[[], bool], *, timeout: float = MAX_SLEEP_S) -> None:
+        """Step until ``until()`` is true (checked after every step)."""
+        while not until():
+            self.step(timeout)
+
+    # ------------------------------------------------------------------ other threads
+
+    def wake(self) -> None:
+        """Cut the current sleep short (safe from any thread and from signal handlers)."""
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._wake_w, b"!")
+
+    def wake_fd(self) -> int:
+        """A descriptor to hand to ``signal.set_wakeup_fd`` so a signal ends the sleep."""
+        return self._wake_w
+
+    def call(self, fn: Callable[[], Any], timeout: float = 10.0) -> Any:
+        """Run ``fn`` on the loop's thread (at once if on that thread); return its result."""
+        if threading.get_ident() == self._loop_ident():
+            return fn()
+        future: Future[Any] = Future()
+        self._calls.put((fn, future))
+        self.wake()
+        return future.result(timeout)
+
+    def _loop_ident(self) -> int:
+        if self._thread is not None:
+            return self._thread.ident or 0
+        return self._owner
+
+    def _run_calls(self) -> None:
+        while True:
+            try:
+                fn, future = self._calls.get_nowait()
+            except queue.Empty:
+                return
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to the caller, who re-raises it
+                future.set_exception(exc)
+
+    def add_reader(self, fd: int, callback: Callable[[], None]) -> None:
+        """Call ``callback`` on the loop's thread whenever ``fd`` is readable."""
+        self._readers[fd] = callback
+
+    def remove_reader(self, fd: int) -> None:
+        self._readers.pop(fd, None)
+
+    # ------------------------------------------------------------------ a loop in a thread
+
+    def start_thread(self, name: str = "actors") -> None:
+        """Run the loop in a daemon thread (tests and embedders); ``stop_thread`` ends it."""
+        self._stopping = False
+        self._thread = threading.Thread(
+            target=self.run, args=(lambda: self._stopping,), name=name, daemon=True
+        )
+        self._thread.start()
+
+    def stop_thread(self, timeout: float = 5.0) -> None:
+        if self._thread is None:
+            return
+        self._stopping = True
+        self.wake()
+        self._thread.join(timeout)
+        self._thread = None
+
+    def ask(self, address: Any, message: Any, timeout: float = 10.0) -> Any:
+        """Ask an actor from any thread; the answer, or None past ``timeout``.
+
+        Thespian's own ``ask`` on this base returns as soon as nothing is pending, so an answer
+        that waits for a descriptor (a worker, an HTTP reply) would be missed: this one runs
+        the loop until the answer arrives. Answers nobody waited for are dropped first.
+        """
+        if threading.get_ident() != self._loop_ident():
+            return self.call(lambda: self.ask(address, message, timeout), timeout + 1.0)
+        requester = self._base.actorRegistry["System:ExternalRequester"].instance
+        stale = getattr(requester, "responses", None)
+        if stale:
+            stale.clear()
+        self.system.tell(address, message)
+        end = time.monotonic() + timeout
+        while True:
+            answers = getattr(requester, "responses", None)
+            while answers:
+                answer = answers.pop(0)
+                if not isInternalActorSystemMessage(answer):
+                    return answer
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            self.step(min(left, MAX_SLEEP_S))
+
+    def tell(self, address: Any, message: Any) -> None:
+        """Send a message from any thread."""
+        if threading.get_ident() != self._loop_ident():
+            self.call(lambda: self.system.tell(address, message))
+            return
+        self.system.tell(address, message)
+
+    def close(self) -> None:
+        self.stop_thread()
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def settle(driver: Driver, seconds: float) -> None:
+    """Step the loop for ``seconds`` (tests: let replies and wake-ups happen)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        driver.step(min(0.05, max(0.0, end - time.monotonic())))

@@ -1,0 +1,168 @@
+"""The in-process base's event loop (``actors.inproc.Driver``) on a real simpleSystemBase system:
+watched descriptors become ``WatchMessage``s, wake-ups fire on time without a tick, other
+threads reach the actors only through the loop, and a handler that raises keeps its actor."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+from thespian.actors import ActorAddress, WakeupMessage, WatchMessage
+
+from actors.base import ContractActor
+from actors.inproc import Driver
+from actors.system import RunningSystem, start_actor_system, stop_actor_system
+from shelldon.config import IN_PROCESS_BASE
+from tests.integration.actors.messages import Calls, CountCalls, Explode, Watched, WatchPipe
+from tests.integration.actors.probes import ProbeActor
+
+
+@dataclass(frozen=True, slots=True)
+class Arm:
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Fired:
+    late_s: float
+    thread: int
+
+
+@dataclass(frozen=True, slots=True)
+class Swap:
+    """Watch a pipe, close it, and watch a new one (likely on the same number) in one go."""
+
+    data: bytes
+
+
+class TimerActor(ContractActor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.asker: ActorAddress | None = None
+        self.due = 0.0
+        self.pipe: tuple[int, ActorAddress] | None = None
+
+    def receiveMsg_Arm(self, msg: Arm, sender: ActorAddress) -> None:
+        self.asker, self.due = sender, time.monotonic() + msg.seconds
+        self.wakeupAfter(timedelta(seconds=msg.seconds))
+
+    def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: ActorAddress) -> None:
+        assert self.asker is not None
+        late = time.monotonic() - self.due
+        self.send(self.asker, Fired(late, threading.get_ident()))
+
+    def receiveMsg_Swap(self, msg: Swap, sender: ActorAddress) -> None:
+        first_r, first_w = os.pipe()
+        self.watch(first_r)
+        os.close(first_r)
+        os.close(first_w)
+        self.unwatch(first_r)
+        second_r, second_w = os.pipe()
+        os.write(second_w, msg.data)
+        os.close(second_w)
+        self.watch(second_r)
+        self.pipe = (second_r, sender)
+
+    def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: ActorAddress) -> None:
+        if self.pipe is None or self.pipe[0] not in msg.ready:
+            return
+        fd, asker = self.pipe
+        data = os.read(fd, 4096)
+        self.unwatch(fd)
+        os.close(fd)
+        self.pipe = None
+        self.send(asker, Watched(data))
+
+
+@pytest.fixture
+def looped() -> Iterator[tuple[RunningSystem, Driver]]:
+    running = start_actor_system(admin_port=0, base=IN_PROCESS_BASE)
+    driver = Driver(running.system)
+    driver.start_thread("test-loop")
+    try:
+        yield running, driver
+    finally:
+        driver.close()
+        stop_actor_system(running)
+
+
+def test_a_watched_pipe_is_delivered_as_watch_messages(
+    looped: tuple[RunningSystem, Driver],
+) -> None:
+    running, driver = looped
+    probe = driver.call(lambda: running.system.createActor(ProbeActor))
+    data = os.urandom(20_000)  # more than one read: several WatchMessages, then EOF
+
+    reply = driver.ask(probe, WatchPipe(data), 5)
+
+    assert isinstance(reply, Watched)
+    assert reply.data == data
+
+
+def test_a_descriptor_number_reused_within_one_handler_is_still_watched(
+    looped: tuple[RunningSystem, Driver],
+) -> None:
+    running, driver = looped
+    timer = driver.call(lambda: running.system.createActor(TimerActor))
+
+    reply = driver.ask(timer, Swap(b"second pipe"), 5)
+
+    assert reply == Watched(b"second pipe")
+
+
+@pytest.mark.parametrize("seconds", [0.05, 0.3])
+def test_wakeups_fire_on_time_on_the_loop_thread(
+    looped: tuple[RunningSystem, Driver], seconds: float
+) -> None:
+    running, driver = looped
+    timer = driver.call(lambda: running.system.createActor(TimerActor))
+    loop_thread = driver.call(threading.get_ident)
+
+    reply = driver.ask(timer, Arm(seconds), 5)
+
+    assert isinstance(reply, Fired)
+    assert 0 <= reply.late_s < 0.05  # the loop sleeps until the wake-up, not to a tick
+    assert reply.thread == loop_thread != threading.get_ident()
+
+
+def test_a_handler_that_raises_runs_once_and_its_actor_keeps_serving(
+    looped: tuple[RunningSystem, Driver],
+) -> None:
+    running, driver = looped
+    probe = driver.call(lambda: running.system.createActor(ProbeActor))
+
+    driver.tell(probe, Explode())
+    reply = driver.ask(probe, CountCalls(), 5)
+
+    assert reply == Calls(1)  # not redelivered (the door swallowed it), and still answering
+
+
+def test_call_runs_on_the_loop_thread_and_hands_back_errors(
+    looped: tuple[RunningSystem, Driver],
+) -> None:
+    _running, driver = looped
+
+    assert driver.call(threading.get_ident) != threading.get_ident()
+    with pytest.raises(ZeroDivisionError):
+        driver.call(lambda: 1 / 0)
+
+
+def test_an_idle_loop_sleeps_and_wakes_on_demand() -> None:
+    running = start_actor_system(admin_port=0, base=IN_PROCESS_BASE)
+    driver = Driver(running.system)
+    try:
+        started = time.monotonic()
+        driver.step(0.3)  # nothing pending, nothing due: sleeps the whole timeout
+        assert time.monotonic() - started >= 0.25
+        threading.Timer(0.05, driver.wake).start()
+        started = time.monotonic()
+        driver.step(5.0)
+        assert time.monotonic() - started < 1.0
+    finally:
+        driver.close()
+        stop_actor_system(running)
