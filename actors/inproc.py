@@ -20,6 +20,8 @@ closed and reused for a new worker channel within one batch of messages is simpl
 from __future__ import annotations
 
 import contextlib
+import heapq
+import math
 import os
 import queue
 import select
@@ -61,6 +63,55 @@ def _honour_thespian_watch() -> None:
     simpleSystemBase.actor_base_receive = actor_base_receive
 
 
+class _WakeupHeap:
+    """simpleSystemBase's pending wake-ups as a heap.
+
+    Thespian keeps them in a list that it scans (building a timer view per entry) before every
+    message it delivers, and again for the earliest one. A TurnActor leaves a deadline wake-up
+    behind for every turn (Thespian cannot cancel one), so a busy hour makes each message pay
+    for a scan of dozens: measured at ~6 ms of a 35 ms turn. Here adding, popping what is due
+    and finding the next are O(log n) or O(1); entries and timers are Thespian's own.
+    """
+
+    def __init__(self, base: Any) -> None:
+        from thespian.system.timing import ExpirationTimer
+
+        self._timer = ExpirationTimer
+        self._heap: list[tuple[float, int, Any, Any, Any]] = []
+        self._seq = 0
+        for address, timer, payload in base._wakeUps:
+            self._push(address, timer, payload)
+        base._wakeUps = []
+        base._add_wakeup = self.add
+        base._pop_expired_wakeups = self.pop_expired
+        base._next_wakeup = self.next_due
+        base.add_wakeups_to_status = self.add_to_status
+
+    def _push(self, address: Any, timer: Any, payload: Any) -> None:
+        self._seq += 1
+        at = timer._time_to_quit
+        heapq.heappush(
+            self._heap, (math.inf if at is None else at, self._seq, address, timer, payload)
+        )
+
+    def add(self, from_actor: Any, time_period: Any, payload: Any) -> None:
+        self._push(from_actor, self._timer(time_period), payload)
+
+    def pop_expired(self, now: float) -> list[tuple[Any, Any, Any]]:
+        due = []
+        while self._heap and self._heap[0][0] <= now:
+            _at, _seq, address, timer, payload = heapq.heappop(self._heap)
+            due.append((address, timer, payload))
+        return due
+
+    def next_due(self) -> Any:
+        return self._heap[0][3] if self._heap else None
+
+    def add_to_status(self, status: Any) -> Any:
+        status.addWakeups([(address, timer) for _at, _seq, address, timer, _p in self._heap])
+        return status
+
+
 class Driver:
     """The event loop of an in-process (``simpleSystemBase``) actor system. Create it before
     the first actor."""
@@ -69,6 +120,7 @@ class Driver:
         _honour_thespian_watch()
         self.system = system
         self._base = system._systemBase
+        _WakeupHeap(self._base)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)

@@ -40,6 +40,41 @@ class Swap:
     data: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class ArmMany:
+    seconds: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FiredOrder:
+    order: tuple[int, ...]
+    worst_late_s: float
+
+
+class OrderActor(ContractActor):
+    """Arms many wake-ups at once and reports the order they fired in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asker: ActorAddress | None = None
+        self.due: dict[int, float] = {}
+        self.fired: list[int] = []
+        self.late = 0.0
+
+    def receiveMsg_ArmMany(self, msg: ArmMany, sender: ActorAddress) -> None:
+        self.asker, now = sender, time.monotonic()
+        for index, seconds in enumerate(msg.seconds):
+            self.due[index] = now + seconds
+            self.wakeupAfter(timedelta(seconds=seconds), payload=index)
+
+    def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: ActorAddress) -> None:
+        self.fired.append(msg.payload)
+        self.late = max(self.late, time.monotonic() - self.due[msg.payload])
+        if len(self.fired) == len(self.due) - 1:  # the last one is an hour away
+            assert self.asker is not None
+            self.send(self.asker, FiredOrder(tuple(self.fired), self.late))
+
+
 class TimerActor(ContractActor):
     def __init__(self) -> None:
         super().__init__()
@@ -128,6 +163,23 @@ def test_wakeups_fire_on_time_on_the_loop_thread(
     assert isinstance(reply, Fired)
     assert 0 <= reply.late_s < 0.05  # the loop sleeps until the wake-up, not to a tick
     assert reply.thread == loop_thread != threading.get_ident()
+
+
+def test_wakeups_fire_in_deadline_order_whatever_the_order_they_were_armed_in(
+    looped: tuple[RunningSystem, Driver],
+) -> None:
+    running, driver = looped
+    actor = driver.call(lambda: running.system.createActor(OrderActor))
+    # Hundreds of pending wake-ups (as a busy TurnActor leaves behind) and one an hour away.
+    # Distinct delays are 5 ms apart: wider than the time it takes to arm them all.
+    seconds = (*(0.05 + (i * 37 % 60) * 0.005 for i in range(300)), 3600.0)
+
+    reply = driver.ask(actor, ArmMany(seconds), 10)
+
+    assert isinstance(reply, FiredOrder)
+    expected = sorted(range(300), key=lambda i: (seconds[i], i))
+    assert list(reply.order) == expected
+    assert reply.worst_late_s < 0.05
 
 
 def test_a_handler_that_raises_runs_once_and_its_actor_keeps_serving(
