@@ -212,7 +212,7 @@ class Idle:
 
 @dataclass(frozen=True, slots=True)
 class Fatal:
-    """Transport → supervisor: the service cannot go on (bad token, another instance)."""
+    """→ supervisor: the service cannot go on (bad token, another instance, no zygote)."""
 
     reason: str
     exit_status: int = 1

@@ -14,7 +14,7 @@ from thespian.actors import ActorAddress, ActorExitRequest, WakeupMessage, Watch
 
 from actors.base import ContractActor
 from actors.hardening import forget_wire_key, in_actor_process
-from actors.messages import JobAnswer, StartResume, StartTurn, TurnEnded, Typing, Wire
+from actors.messages import Fatal, JobAnswer, StartResume, StartTurn, TurnEnded, Typing, Wire
 from shelldon.config import Settings
 from shelldon.contracts import Result
 from shelldon.core.turnwatch import (
@@ -105,6 +105,10 @@ class TurnActor(ContractActor):
         except SpawnError as exc:
             log.error("worker_spawn_failed", turn_id=turn_id, error=str(exc))
             self._report(chat_id, source, apology(turn_id, "crash"))
+            if _zygote is not None and not _zygote.alive():
+                # A new zygote cannot be made clean once secrets are in memory: stop, and let
+                # systemd start the service afresh (every turn would only apologize).
+                self.send(self.peers["supervisor"], Fatal(f"the worker zygote is gone: {exc}", 1))
             return
         self.handle = handle
         lim = settings.limits
