@@ -58,10 +58,23 @@ def registered_contracts() -> dict[str, type[Any]]:
 # ---------------------------------------------------------------- encode
 
 
+_FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
+_PLAIN = (type(None), bool, int, float, str, bytes)
+
+
+def _field_names(cls: type[Any]) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
 def _to_wire(value: Any) -> Any:
     cls = type(value)
+    if cls in _PLAIN:
+        return value
     if cls in _TAG_OF:
-        fields = {f.name: _to_wire(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        fields = {name: _to_wire(getattr(value, name)) for name in _field_names(cls)}
         body = msgpack.packb([_TAG_OF[cls], fields], use_bin_type=True)
         return msgpack.ExtType(_EXT_CONTRACT, body)
     if isinstance(value, enum.Enum):
@@ -91,21 +104,45 @@ def encode(obj: Any) -> bytes:
 # ---------------------------------------------------------------- decode
 
 
+_JSON_SCALARS = (type(None), bool, int, float, str)
+
+
 def _check_json(value: Any, where: str, depth: int = 0) -> Any:
+    """``value`` itself once it is known to be plain JSON (msgpack built it fresh: no copy)."""
     if depth > _MAX_JSON_DEPTH:
         raise ContractError(f"{where}: JSON value nested deeper than {_MAX_JSON_DEPTH}")
-    if value is None or isinstance(value, bool | int | float | str):
+    if type(value) in _JSON_SCALARS:
         return value
     if isinstance(value, list):
-        return [_check_json(v, where, depth + 1) for v in value]
+        for v in value:
+            if type(v) not in _JSON_SCALARS:
+                _check_json(v, where, depth + 1)
+        return value
     if isinstance(value, dict):
-        out = {}
         for k, v in value.items():
             if not isinstance(k, str):
                 raise ContractError(f"{where}: JSON object key {k!r} is not a string")
-            out[k] = _check_json(v, where, depth + 1)
-        return out
+            if type(v) not in _JSON_SCALARS:
+                _check_json(v, where, depth + 1)
+        return value
+    if value is None or isinstance(value, bool | int | float | str):
+        return value  # a subclass of a scalar (msgpack never makes one; kept for callers)
     raise ContractError(f"{where}: {type(value).__name__} is not a JSON value")
+
+
+def _tuple_checker(item: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
+    def check_tuple(v: Any, where: str) -> Any:
+        if not isinstance(v, list):
+            raise ContractError(f"{where}: expected a list, got {type(v).__name__}")
+        try:
+            return tuple([item(x, where) for x in v])
+        except ContractError:
+            # The error path only: check again, naming the item that is wrong.
+            for i, x in enumerate(v):
+                item(x, f"{where}[{i}]")
+            raise
+
+    return check_tuple
 
 
 def _checker(tp: Any) -> Callable[[Any, str], Any]:
@@ -129,14 +166,7 @@ def _checker(tp: Any) -> Callable[[Any, str], Any]:
         return check_union
     if origin is tuple:
         (item_tp, _ellipsis) = typing.get_args(tp)
-        item = _checker(item_tp)
-
-        def check_tuple(v: Any, where: str) -> Any:
-            if not isinstance(v, list):
-                raise ContractError(f"{where}: expected a list, got {type(v).__name__}")
-            return tuple(item(x, f"{where}[{i}]") for i, x in enumerate(v))
-
-        return check_tuple
+        return _tuple_checker(_checker(item_tp))
     if origin is dict or tp is dict:
 
         def check_object(v: Any, where: str) -> Any:
@@ -222,7 +252,13 @@ def _from_ext(code: int, body: bytes) -> Any:
         raise ContractError(f"{tag}: missing field(s) {', '.join(missing)}")
     if extra:
         raise ContractError(f"{tag}: unexpected field(s) {', '.join(extra)}")
-    values = {name: check(fields[name], f"{tag}.{name}") for name, check in checkers.items()}
+    try:
+        values = {name: check(fields[name], tag) for name, check in checkers.items()}
+    except ContractError:
+        # The error path only: check again, naming the field that is wrong.
+        for name, check in checkers.items():
+            check(fields[name], f"{tag}.{name}")
+        raise
     try:
         return cls(**values)
     except (TypeError, ValueError) as exc:
