@@ -290,15 +290,25 @@ class Driver:
             return
         self.system.tell(address, message)
 
+    def shutdown(self, root: Any, timeout_s: float = 3.0) -> None:
+        """Stop the actors under ``root`` (None: none was created), on the loop's thread: its
+        ``ActorExitRequest`` cascades to its children, whose handlers close their threads,
+        workers and gate runs; delivered until nothing is pending or ``timeout_s`` has passed.
+        Best effort: a failure is logged, never raised (the caller is stopping anyway)."""
+        from thespian.actors import ActorExitRequest
+
+        if root is None:
+            return
+        try:
+            self.system.tell(root, ActorExitRequest())
+            end = time.monotonic() + timeout_s
+            while self._base._pendingSends and time.monotonic() < end:
+                self.run_pending()
+        except Exception:
+            log.exception("actors_stop_failed")
+
     def close(self) -> None:
         self.stop_thread()
         for fd in (self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
-
-
-def settle(driver: Driver, seconds: float) -> None:
-    """Step the loop for ``seconds`` (tests: let replies and wake-ups happen)."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        driver.step(min(0.05, max(0.0, end - time.monotonic())))

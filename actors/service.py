@@ -65,7 +65,9 @@ def run_service(
     from actors.turn import use_zygote
 
     if settings.actors.base == IN_PROCESS_BASE and zygote is None:
-        zygote = start_zygote(settings)
+        from shelldon.worker.zygote import Zygote
+
+        zygote = Zygote.start(settings)
     use_zygote(zygote)
     try:
         return _serve(settings, transport, console, story, auto_yes)
@@ -145,7 +147,7 @@ def _serve(
     finally:
         notifier.stopping("stopping")
         if driver is not None:
-            stop_in_process(driver, supervisor)
+            driver.shutdown(supervisor)
             signal.set_wakeup_fd(wakeup_fd)
             driver.close()
         stop_actor_system(running)
@@ -160,27 +162,6 @@ def ask(driver: Driver | None, asys: Any, address: Any, message: Any) -> Any:
     if driver is not None:
         return driver.ask(address, message, ASK_TIMEOUT_S)
     return asys.ask(address, message, ASK_TIMEOUT_S)
-
-
-def start_zygote(settings: Settings) -> Any:
-    from shelldon.worker.zygote import Zygote
-
-    return Zygote.start(settings)
-
-
-def stop_in_process(driver: Driver, supervisor: Any, timeout_s: float = 3.0) -> None:
-    """Stop every actor of the in-process base: the supervisor's exit cascades to its children,
-    whose handlers close their threads, workers and gate runs."""
-    from thespian.actors import ActorExitRequest
-
-    if supervisor is not None:
-        try:
-            driver.system.tell(supervisor, ActorExitRequest())
-            end = time.monotonic() + timeout_s
-            while driver._base._pendingSends and time.monotonic() < end:
-                driver.run_pending()
-        except Exception:
-            log.exception("actors_stop_failed")
 
 
 def health_every_s(watchdog_s: float | None) -> float:

@@ -30,7 +30,6 @@ from shelldon.config import IN_PROCESS_BASE, ISOLATED_BASE
 
 log = structlog.get_logger(__name__)
 
-PRODUCTION_BASE = IN_PROCESS_BASE
 STOP_TIMEOUT_S = 5.0
 # A valid logging config for Thespian's own logger process, which receives nothing once
 # hardened; ``False`` (its "no logging" value) crashes multiproc actor start-up in 4.0.1.

@@ -16,7 +16,7 @@ from actors.base import ContractActor
 from actors.hardening import forget_wire_key, in_actor_process
 from actors.messages import Fatal, JobAnswer, StartResume, StartTurn, TurnEnded, Typing, Wire
 from shelldon.config import Settings
-from shelldon.contracts import Result
+from shelldon.contracts import Result, ResumeRequest, TurnRequest
 from shelldon.core.turnwatch import (
     Finished,
     Forward,
@@ -32,6 +32,8 @@ from shelldon.worker.tools import context_from_settings, selfcoded
 log = structlog.get_logger(__name__)
 
 TYPING_AFTER_S = 1.0
+EXIT_GRACE_S = 0.5
+TYPING_REFRESH_S = 4.5
 _zygote: Any = None
 
 
@@ -43,10 +45,6 @@ def use_zygote(zygote: Any) -> None:
     """
     global _zygote  # noqa: PLW0603 - one per service process, set before the actors start
     _zygote = zygote
-
-
-EXIT_GRACE_S = 0.5
-TYPING_REFRESH_S = 4.5
 
 
 class TurnActor(ContractActor):
@@ -73,17 +71,32 @@ class TurnActor(ContractActor):
 
     def receiveMsg_StartTurn(self, msg: StartTurn, sender: ActorAddress) -> None:
         req = msg.request
-        zygote = _zygote
-        spawn = (lambda s: zygote.spawn_turn(req)) if zygote else (lambda s: spawn_turn(req, s))
-        self._start(req.turn_id, req.chat_id, req.source, spawn)
+        self._start(req.turn_id, req.chat_id, req.source, req)
 
     def receiveMsg_StartResume(self, msg: StartResume, sender: ActorAddress) -> None:
         req = msg.request
-        zygote = _zygote
-        spawn = (lambda s: zygote.spawn_resume(req)) if zygote else (lambda s: spawn_resume(req, s))
-        self._start(req.turn_id, req.chat_id, "owner", spawn)
+        self._start(req.turn_id, req.chat_id, "owner", req)
 
-    def _start(self, turn_id: str, chat_id: int, source: str, spawn: Any) -> None:
+    def _spawn(self, request: TurnRequest | ResumeRequest, settings: Settings) -> WorkerHandle:
+        """A worker for ``request``: through the zygote if there is one, else forked here."""
+        resume = isinstance(request, ResumeRequest)
+        zygote = _zygote
+        if zygote is not None:
+            spawned: WorkerHandle = (zygote.spawn_resume if resume else zygote.spawn_turn)(request)
+            return spawned
+        if not in_actor_process():
+            # This process holds the transport's and the broker's secrets: never fork here.
+            raise SpawnError("in-process base without a zygote: this process never forks")
+        # Discover live self-coded tools here, before the fork: the worker inherits the result
+        # and re-reads nothing unless the toolbox changed (the zygote does the same).
+        selfcoded.discover(context_from_settings(settings))
+        if isinstance(request, ResumeRequest):  # (spelled out for the type checker)
+            return spawn_resume(request, settings)
+        return spawn_turn(request, settings)
+
+    def _start(
+        self, turn_id: str, chat_id: int, source: str, request: TurnRequest | ResumeRequest
+    ) -> None:
         settings = self.settings
         assert settings is not None, "TurnActor used before Wire"
         if self.handle is not None:
@@ -91,17 +104,8 @@ class TurnActor(ContractActor):
             self._report(chat_id, source, apology(turn_id, "crash"))
             return
         self.chat_id, self.source, self.started = chat_id, source, time.monotonic()
-        if _zygote is None and not in_actor_process():
-            # This process holds the transport's and the broker's secrets: never fork here.
-            log.error("worker_spawn_refused", turn_id=turn_id, why="in-process base, no zygote")
-            self._report(chat_id, source, apology(turn_id, "crash"))
-            return
-        if _zygote is None:
-            # Discover live self-coded tools here, before the fork: the worker inherits the
-            # result and re-reads nothing unless the toolbox changed (the zygote does the same).
-            selfcoded.discover(context_from_settings(settings))
         try:
-            handle = spawn(settings)
+            handle = self._spawn(request, settings)
         except SpawnError as exc:
             log.error("worker_spawn_failed", turn_id=turn_id, error=str(exc))
             self._report(chat_id, source, apology(turn_id, "crash"))

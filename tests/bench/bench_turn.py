@@ -32,7 +32,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from actors import proctree  # noqa: E402
-from tests.integration.runtime.harness import ThreadedFakeTelegram, free_port  # noqa: E402
+from tests.integration.runtime.harness import (  # noqa: E402
+    ThreadedFakeTelegram,
+    free_port,
+    service_processes,
+)
 
 OWNER = 1001
 REPLY = "Two clocks checked."
@@ -85,10 +89,7 @@ class RunningService:
         )
 
     def pids(self) -> set[int]:
-        roots = {self.proc.pid}
-        for admin in proctree.listeners_on_port(self.port):
-            roots |= {admin} | proctree.session_members(os.getsid(admin))
-        return proctree.with_descendants(roots)
+        return service_processes(self.proc.pid, self.port)
 
     def pss_mb(self) -> float:
         return proctree.pss_kib(self.pids()) / 1024

@@ -12,14 +12,18 @@ import contextlib
 import json
 import os
 import select
+import signal
 import socket
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from actors.inproc import Driver
 from actors.messages import Boot, InboxChanged, Ping, Status
-from actors.service import stop_in_process, trust_runtime_classes
+from actors.service import trust_runtime_classes
 from actors.system import RunningSystem, start_actor_system, stop_actor_system
 from actors.turn import use_zygote
 from shelldon.config import IN_PROCESS_BASE, ISOLATED_BASE, Settings, load_settings
@@ -37,6 +41,46 @@ def service_processes(main_pid: int, admin_port: int) -> set[int]:
     for admin in proctree.listeners_on_port(admin_port):
         roots |= {admin} | proctree.session_members(os.getsid(admin))
     return proctree.with_descendants(roots)
+
+
+def parent_of(pid: int) -> int:
+    """The parent pid of ``pid`` (from /proc/<pid>/stat; raises OSError once it is gone)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+@contextlib.contextmanager
+def chat_service(
+    home: Path, base: str, **env: str
+) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """``shelldon chat`` as the owner starts it, in a session of its own, on ``base`` and a fresh
+    admin port; yields (process, admin port) once it listens and SIGKILLs what is left after."""
+    port = free_port()
+    environ = {
+        **os.environ,
+        "SHELLDON_HOME": str(home),
+        "SHELLDON_ACTORS_ADMIN_PORT": str(port),
+        "SHELLDON_ACTORS_BASE": base,
+        **env,
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shelldon", "chat"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environ,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        line = proc.stdout.readline()
+        while b"listening" not in line:
+            assert line, f"shelldon chat ended before it was ready: {proc.stderr.read()!r}"
+            line = proc.stdout.readline()
+        yield proc, port
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def free_port() -> int:
@@ -243,11 +287,10 @@ class Service:
         workers = set()
         for pid in self.pids():
             try:
-                stat = Path(f"/proc/{pid}/stat").read_text()
+                if parent_of(pid) == parent and pid != spare:
+                    workers.add(pid)
             except OSError:
                 continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == parent and pid != spare:
-                workers.add(pid)
         return workers
 
     def worker_parent(self) -> int:
@@ -269,7 +312,7 @@ class Service:
         if self.driver is not None:
             driver = self.driver
             with contextlib.suppress(Exception):
-                driver.call(lambda: stop_in_process(driver, self.supervisor), 10)
+                driver.call(lambda: driver.shutdown(self.supervisor), 10)
             driver.close()
         stop_actor_system(self.running)
         self._stop_zygote()

@@ -21,7 +21,7 @@ from actors import proctree
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.fakes.fake_telegram import TEST_TOKEN
 
-from .harness import ThreadedFakeTelegram, free_port, service_processes
+from .harness import ThreadedFakeTelegram, chat_service, free_port, parent_of, service_processes
 
 pytestmark = pytest.mark.slow
 
@@ -113,27 +113,10 @@ def test_no_process_but_the_main_one_holds_a_credential_in_memory(
 def test_a_lost_zygote_stops_the_service_for_a_clean_restart(tmp_path: Path) -> None:
     # A clean zygote cannot be made again once the secrets are in memory: the turn apologizes
     # and the service exits non-zero, so systemd starts it afresh.
-    port = free_port()
-    env = {
-        **os.environ,
-        "SHELLDON_HOME": str(tmp_path / "h"),
-        "SHELLDON_ACTORS_ADMIN_PORT": str(port),
-        "SHELLDON_ACTORS_BASE": "simpleSystemBase",
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "shelldon", "chat"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=env,
-        start_new_session=True,
-    )
-    try:
+    with chat_service(tmp_path / "h", "simpleSystemBase") as (proc, port):
         assert proc.stdout is not None and proc.stdin is not None
-        while b"listening" not in proc.stdout.readline():
-            assert proc.poll() is None
         tree = service_processes(proc.pid, port)
-        (zygote,) = [p for p in tree if _parent(p) == proc.pid]
+        (zygote,) = [p for p in tree if parent_of(p) == proc.pid]
         os.kill(zygote, signal.SIGKILL)
         proc.stdin.write(b"hello\n")
         proc.stdin.flush()
@@ -147,11 +130,3 @@ def test_a_lost_zygote_stops_the_service_for_a_clean_restart(tmp_path: Path) -> 
         assert time.monotonic() - started < 15
         time.sleep(0.2)
         assert not [p for p in tree if proctree.is_alive(p)]
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def _parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -156,29 +154,9 @@ def test_an_actor_that_gets_junk_keeps_serving(service: Service) -> None:
 def test_shelldon_chat_stops_on_signal_within_5s_leaving_nothing(
     tmp_path: Path, sig: int, base: str
 ) -> None:
-    from .harness import free_port, service_processes
+    from .harness import chat_service, service_processes
 
-    port = free_port()
-    env = {
-        **os.environ,
-        "SHELLDON_HOME": str(tmp_path / "h"),
-        "SHELLDON_ACTORS_ADMIN_PORT": str(port),
-        "SHELLDON_ACTORS_BASE": base,
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "shelldon", "chat"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        while b"listening" not in line:
-            line = proc.stdout.readline()
-            assert line, "shelldon chat ended before it was ready"
+    with chat_service(tmp_path / "h", base) as (proc, port):
         tree = service_processes(proc.pid, port)
         # isolated: main, admin, 7 actors (and the logger); in-process: main and the zygote
         assert len(tree) >= (8 if base == ISOLATED_BASE else 2), tree
@@ -188,7 +166,3 @@ def test_shelldon_chat_stops_on_signal_within_5s_leaving_nothing(
         assert time.monotonic() - before < 5.0
         time.sleep(0.3)
         assert not [p for p in tree if proctree.is_alive(p)]
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
