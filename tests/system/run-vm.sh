@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Run the system tests (tests/system) in the Debian bookworm VM, under real systemd, on the
+# product as deploy/install.sh installed it. On the host, as root:
+#
+#   tests/system/run-vm.sh [--pi] [--smoke] [--rebuild]
+#
+#   --pi       boot without Landlock, as Raspberry Pi OS's kernel (run.sh --pi)
+#   --smoke    only the tests marked smoke (install, READY, a turn, a tool, a restart): CI
+#   --rebuild  build the image again even if it is there and current
+#
+# The image is built with ../shared/vm/build.sh (beside this repository; else /work/shared) in
+# $SHELLDON_VM_WORKDIR (default /var/tmp/shelldon-vm) when it is missing, when --rebuild, or when
+# it holds another commit than this checkout's HEAD: build.sh clones committed work only, and
+# the VM runs the tests from that clone, so commit first. Only the first build needs the network
+# (Debian packages and the package registries); the VM itself has none. Prints the wall-clock
+# time of the build, of boot + suite and of the suite alone; exits with the suite's status.
+set -euo pipefail
+
+PI=() MARK=() REBUILD=0
+for arg in "$@"; do
+  case "$arg" in
+    --pi) PI=(--pi) ;;
+    --smoke) MARK=(-m smoke) ;;
+    --rebuild) REBUILD=1 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run-vm.sh: unknown argument $arg" >&2; exit 2 ;;
+  esac
+done
+[ "$(id -u)" = 0 ] || { echo "run-vm.sh: run it as root (the VM build needs it)" >&2; exit 2; }
+
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+VM=$(dirname "$REPO")/shared/vm
+[ -x "$VM/build.sh" ] || VM=/work/shared/vm
+[ -x "$VM/build.sh" ] && [ -x "$VM/run.sh" ] || { echo "run-vm.sh: no shared/vm/build.sh beside $REPO nor in /work/shared" >&2; exit 2; }
+W=${SHELLDON_VM_WORKDIR:-/var/tmp/shelldon-vm}
+
+head_commit=$(git -C "$REPO" rev-parse HEAD)
+image_commit=$(git -C "$W/root/root/shelldon" rev-parse HEAD 2>/dev/null || echo none)
+if [ -n "$(git -C "$REPO" status --porcelain --untracked-files=no -- tests/system)" ]; then
+  echo "run-vm.sh: note: uncommitted changes in tests/system are not in the VM (commit first)"
+fi
+
+# build.sh names its download rootfs.tar.new, which mmdebstrap 1.3 takes for a directory; the
+# rename then leaves a directory where build.sh wants a tarball. Pack it so build.sh can go on.
+pack_rootfs() {
+  if [ -d "$W/rootfs.tar" ]; then
+    echo "run-vm.sh: packing the directory $W/rootfs.tar into a tarball for build.sh"
+    tar --numeric-owner --xattrs -C "$W/rootfs.tar" -cf "$W/rootfs.tar.packed" .
+    rm -rf "$W/rootfs.tar"
+    mv "$W/rootfs.tar.packed" "$W/rootfs.tar"
+  fi
+}
+
+build_s=0
+if [ "$REBUILD" = 1 ] || [ ! -s "$W/vmlinuz" ] || [ ! -d "$W/root" ] \
+  || [ "$image_commit" != "$head_commit" ]; then
+  echo "run-vm.sh: building the VM image in $W from $REPO at ${head_commit:0:12} (image had ${image_commit:0:12})"
+  started=$SECONDS
+  pack_rootfs
+  if ! "$VM/build.sh" "$REPO" "$W"; then
+    [ -d "$W/rootfs.tar" ] || exit 1
+    pack_rootfs
+    "$VM/build.sh" "$REPO" "$W"
+  fi
+  build_s=$((SECONDS - started))
+fi
+
+# Inside the VM: root, cwd /root/shelldon (the clone), .venv with .[dev]. -vv because
+# pyproject's addopts has -q; -rA shows what each test printed (its measurements).
+inner='t0=$(date +%s.%N)
+SHELLDON_SYSTEM_TESTS=1 .venv/bin/python -m pytest tests/system -vv -rA --durations=0 '"${MARK[*]}"' </dev/null
+rc=$?
+echo "SYSTEM-SUITE-SECONDS $(awk -v a="$t0" -v b="$(date +%s.%N)" "BEGIN { printf \"%.0f\", b - a }")"
+exit $rc'
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+started=$SECONDS
+set +e
+"$VM/run.sh" "${PI[@]}" --workdir "$W" --timeout "${SHELLDON_VM_TIMEOUT:-5400}" -- bash -c "$inner" \
+  | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+run_s=$((SECONDS - started))
+suite_s=$(sed -n 's/^SYSTEM-SUITE-SECONDS \([0-9]*\)$/\1/p' "$log" | tail -1)
+echo "run-vm.sh: ${PI[*]:-default kernel}${MARK[*]:+, smoke}: build ${build_s} s, boot + suite ${run_s} s" \
+  "(suite ${suite_s:-?} s, so boot and power-off ~$((run_s - ${suite_s:-0})) s); exit $rc"
+exit "$rc"

@@ -1,0 +1,182 @@
+"""Faults as systemd and the kernel handle them: kill -9 of the whole service, a stopped main
+process, a tool that eats memory, a fork bomb the owner approved."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+import pytest
+
+from tests.system.rig import (
+    CGROUP,
+    GATE_S,
+    START_S,
+    TURN_S,
+    UNIT,
+    WORKSPACE,
+    Pet,
+    cgroup_pids,
+    describe_pids,
+    journal,
+    memory_events,
+    sh,
+    show,
+    sqlite,
+    wait_until,
+)
+
+HOG = """\
+DESCRIPTION = "Hold a block of memory of the given size (MB) and say how big it was."
+PARAMS_SCHEMA = {"type": "object", "properties": {"mb": {"type": "integer"}}}
+
+
+def run(mb=1):
+    block = b"\\x01" * (mb * 2**20)  # written, not just reserved: every page is touched
+    return str(len(block) // 2**20)
+"""
+HOG_TEST = """\
+from memory_hog import run
+
+
+def test_a_small_block():
+    assert run(mb=2) == "2"
+"""
+
+
+def approvals_for(turn_query: str) -> list[str]:
+    return sqlite(
+        "SELECT action FROM audit WHERE action IN ('approved', 'denied') "
+        f"AND turn_id = '{turn_query}' ORDER BY id;"
+    )
+
+
+def turn_id_of(callback_data: str) -> str:
+    """The turn id an approval button carries (``a:<turn id>:<mac>``)."""
+    return callback_data.split(":")[1]
+
+
+@pytest.mark.smoke
+def test_kill_9_of_the_whole_service_restarts_it_and_a_parked_approval_runs_once(
+    pet: Pet,
+) -> None:
+    ledger = WORKSPACE / "ran-once.txt"
+    ledger.unlink(missing_ok=True)
+    pet.brain.reply_tool_calls(("run_shell", {"command": "echo ran >> ran-once.txt"}))
+    mark = pet.bot.say("append a line to ran-once.txt")
+    ask = pet.bot.wait_keyboard(since=mark)
+    approve = ask.buttons()[0]["callback_data"]
+    before = show()
+    # Every process of the unit gets SIGKILL at once, as a crash of the whole service would.
+    sh("systemctl", "kill", "-s", "KILL", UNIT)
+    after = pet.wait_ready(timeout=START_S + 30, other_than=before["MainPID"])
+    assert int(after["NRestarts"]) == int(before["NRestarts"]) + 1, (before, after)
+    assert not ledger.exists()
+    # The keyboard sent before the crash still decides the parked call.
+    pet.brain.reply_text("Done: appended the line.")
+    mark = pet.bot.mark()
+    first = pet.bot.tap(ask, 0)
+    pet.bot.wait_text("Done: appended the line.", since=mark)
+    wait_until(lambda: pet.bot.answered(first), TURN_S, "the tap to be answered")
+    assert ledger.read_text() == "ran\n"
+    # A second tap on the same button (a stale keyboard, a double tap) runs nothing again.
+    asked = len(pet.brain.requests)
+    second = pet.bot.tap_data(approve, ask.message_id)
+    wait_until(lambda: pet.bot.answered(second), TURN_S, "the second tap to be answered")
+    time.sleep(5)
+    assert ledger.read_text() == "ran\n"
+    assert len(pet.brain.requests) == asked
+    assert pet.bot.texts(mark).count("Done: appended the line.") == 1
+    assert approvals_for(turn_id_of(approve)) == ["approved"]
+
+
+@pytest.mark.timeout(900)
+def test_a_stopped_main_process_is_replaced_by_the_watchdog(pet: Pet) -> None:
+    before = show()
+    main = int(before["MainPID"])
+    stopped_at = time.monotonic()
+    os.kill(main, signal.SIGSTOP)
+    try:
+        wait_until(
+            lambda: show()["MainPID"] not in ("0", str(main)),
+            150,
+            "systemd to start a new main process",
+            every=1.0,
+        )
+        replaced_s = time.monotonic() - stopped_at
+        after = pet.wait_ready(other_than=str(main))
+        ready_s = time.monotonic() - stopped_at
+    finally:
+        # Only if it is somehow still there: never leave a stopped process behind.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(main, signal.SIGCONT)
+    print(f"SIGSTOP → new MainPID after {replaced_s:.0f} s, READY after {ready_s:.0f} s")
+    assert 25 <= replaced_s <= 100, replaced_s
+    assert int(after["NRestarts"]) == int(before["NRestarts"]) + 1, (before, after)
+    assert any("Watchdog timeout" in line for line in journal("--since", "-5min"))
+    pet.turn("are you back?", "Back after the watchdog.")
+
+
+def test_a_tool_touching_600_mb_is_stopped_by_its_turn_cgroup_and_the_service_stays(
+    pet: Pet,
+) -> None:
+    pet.promote_tool("memory_hog", HOG, HOG_TEST)
+    pet.brain.reset()
+    before = show()
+    turns = CGROUP / "turns"
+    oom_before = memory_events(turns).get("oom_kill", 0)
+    service_oom_before = memory_events(CGROUP).get("oom_kill", 0)
+    pet.brain.reply_tool_calls(("memory_hog", {"mb": 600}))
+    pet.brain.reply_text("The memory hog is done.")
+    mark = pet.bot.say("use memory_hog with 600 MB")
+    # The turn ends with an answer (the model's, or an apology), well within its budget.
+    wait_until(lambda: pet.bot.texts(mark), TURN_S, "an answer to the 600 MB turn")
+    time.sleep(3)
+    after = show()
+    oom_after = memory_events(turns).get("oom_kill", 0)
+    service_oom_after = memory_events(CGROUP).get("oom_kill", 0)
+    print(
+        f"600 MB turn: replies {pet.bot.texts(mark)!r}; turns oom_kill {oom_before}→{oom_after};"
+        f" unit oom_kill {service_oom_before}→{service_oom_after}; {before} → {after}"
+    )
+    assert after["MainPID"] == before["MainPID"], (before, after)
+    assert after["NRestarts"] == before["NRestarts"], (before, after)
+    assert turns.is_dir(), "no per-turn cgroup parent under the unit's cgroup"
+    assert oom_after > oom_before, "the kernel did not stop it in a turn's cgroup"
+    pet.brain.reset()
+    pet.turn("still with me?", "Still here after the hog.", timeout=GATE_S)
+
+
+def test_an_approved_fork_bomb_is_bounded_and_leaves_nothing_behind(pet: Pet) -> None:
+    # Idle: the main process, the zygote and its spare worker; let a spare settle first.
+    time.sleep(3)
+    idle = cgroup_pids()
+    before = show()
+    pet.brain.reply_tool_calls(("run_shell", {"command": "bomb() { bomb | bomb & }; bomb"}))
+    pet.brain.reply_text("The shell command finished.")
+    mark = pet.bot.say("run this shell function for me")
+    ask = pet.bot.wait_keyboard(since=mark)
+    assert "bomb" in ask.visible
+    pet.bot.tap(ask, 0)
+    pet.bot.wait_text("The shell command finished.", since=mark, timeout=TURN_S + 60)
+    peak = {"n": 0}
+
+    def back_to_idle() -> bool:
+        now = cgroup_pids()
+        peak["n"] = max(peak["n"], len(now))
+        return len(now) <= len(idle)
+
+    wait_until(back_to_idle, 60, f"the unit's processes back to idle ({len(idle)})")
+    left = cgroup_pids()
+    after = show()
+    print(
+        f"fork bomb: idle {len(idle)} processes, after {len(left)}; replies {pet.bot.texts(mark)}"
+    )
+    assert len(left) <= len(idle), describe_pids(left)
+    assert after["MainPID"] == before["MainPID"] and after["NRestarts"] == before["NRestarts"]
+    stray_cgroups = [p for p in (CGROUP / "turns").glob("*") if p.is_dir()]
+    stray = {p.name: cgroup_pids(p) for p in stray_cgroups}
+    assert all(not pids for pids in stray.values()), stray
+    pet.turn("are you still fine?", "Fine after the fork bomb.")
