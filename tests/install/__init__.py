@@ -1,0 +1,1 @@
+"""The README's first command and the installer, run literally, as a new user would."""
