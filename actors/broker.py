@@ -23,6 +23,7 @@ class BrokerActor(ContractActor):
         super().__init__()
         self.provider: Any = None
         self.bridge: AsyncBridge | None = None
+        self.load_kind = "unconfigured"
         self.load_error = ""
 
     def receiveMsg_Wire(self, msg: Wire, sender: ActorAddress) -> None:
@@ -32,16 +33,22 @@ class BrokerActor(ContractActor):
             return  # a re-Wire after a peer restart changes addresses only
         self.bridge = AsyncBridge("broker")
         self.watch(self.bridge.fileno())
+        from shelldon.secrets import SecretMissingError
+
         try:
             self.provider = load_provider(msg.settings)
             self.load_error = ""
-        except Exception as exc:  # a missing key or bad script: report it per Job, don't crash
-            self.load_error = f"{type(exc).__name__}: {exc}"
+        except SecretMissingError as exc:
+            self.load_kind, self.load_error = "no_key", str(exc)
+            log.error("provider_not_loaded", error=self.load_error)
+        except Exception as exc:  # a bad script: report it per Job, don't crash
+            self.load_kind, self.load_error = "unconfigured", f"{type(exc).__name__}: {exc}"
             log.error("provider_not_loaded", error=self.load_error)
 
     def receiveMsg_Job(self, msg: Job, sender: ActorAddress) -> None:
         if self.provider is None or self.bridge is None:
-            failed = JobFailed(msg.turn_id, "auth", self.load_error or "no provider configured")
+            # Never "auth": nothing was refused, nothing was sent.
+            failed = JobFailed(msg.turn_id, self.load_kind, self.load_error or "no provider")
             self.send(sender, JobAnswer(msg.turn_id, failed))
             return
         coro = self.provider.complete_with_tools(msg.messages, msg.tools, deadline=msg.deadline)

@@ -14,6 +14,7 @@ import platform
 import re
 import resource
 import shutil
+import stat
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -23,7 +24,8 @@ from typing import TextIO
 from shelldon import __version__
 from shelldon.config import Settings
 from shelldon.core import sandbox
-from shelldon.secrets import SecretMissingError, find_secret
+from shelldon.preflight import token_problem
+from shelldon.secrets import SecretMissingError, find_secret, provider_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,15 +36,6 @@ class Check:
     ok: bool
     detail: str
     required: bool = True
-
-
-def _needed_secrets(settings: Settings) -> list[str]:
-    needed = []
-    if settings.brain.provider == "anthropic":
-        needed.append("anthropic_api_key")
-    elif settings.brain.provider == "openai":
-        needed.append("openai_api_key")
-    return needed
 
 
 UNIT_PATH = Path("/etc/systemd/system/shelldon.service")
@@ -56,9 +49,6 @@ DEFAULT_MEMORY_MAX_MB = 400
 
 PEAK_BUDGET_MB = 150
 """The service's peak PSS budget during a turn (DESIGN.md); less available memory is a warning."""
-
-TELEGRAM_TOKEN_SHAPE = re.compile(r"^[0-9]{3,20}:[A-Za-z0-9_-]{30,64}$")
-"""What @BotFather hands out: the bot's numeric id, a colon, ~35 URL-safe characters."""
 
 LANDLOCK_CREATE_RULESET_SYSCALL = 444
 """``landlock_create_ruleset``: the same number on every architecture (new syscall table)."""
@@ -209,15 +199,61 @@ def _token_shape_check(settings: Settings, for_run: bool) -> Check | None:
         return None  # already reported as unreadable
     if found is None:
         return None
-    ok = bool(TELEGRAM_TOKEN_SHAPE.match(found[0]))
-    detail = "looks like a bot token" if ok else "does not look like <bot id>:<35 characters>"
-    return Check("telegram token shape", ok, detail, required=for_run)
+    problem = token_problem(settings)
+    detail = problem or "looks like a bot token"
+    return Check("telegram token shape", not problem, detail, required=for_run)
+
+
+def _secret_file_mode_check(name: str, where: str) -> Check | None:
+    """A secret file that others may read is a warning (its value is never shown)."""
+    path = Path(where)
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None  # an environment variable, or gone since
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        return Check(
+            f"secret {name} mode",
+            False,
+            f"{path} is readable by others (mode {stat.S_IMODE(mode):04o}): chmod 600 {path}",
+            required=False,
+        )
+    return None
+
+
+def gate_check(settings: Settings) -> Check:
+    """Gate a small built-in tool end to end (AST checks + sandboxed pytest), as a proposal
+    would be, in a scratch directory: proof that this install can gate the model's tools."""
+    import tempfile
+    import time
+
+    from shelldon.core.selfcode import SelfCode, SelfCodeError
+    from shelldon.demo import WORD_COUNT_CODE, WORD_COUNT_TEST
+
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="shelldon-doctor-") as scratch:
+        selfcode = SelfCode(Path(scratch), settings.limits, settings.sandbox)
+        try:
+            staged = selfcode.stage("word_count", WORD_COUNT_CODE, WORD_COUNT_TEST)
+        except (SelfCodeError, OSError) as exc:
+            return Check("gate", False, f"could not stage a sample tool: {exc}")
+        report = selfcode.run_gate(staged)
+    took = time.monotonic() - started
+    if report.passed:
+        return Check(
+            "gate",
+            True,
+            f"a sample tool passed (AST checks + sandboxed pytest, {report.tests_passed} tests) "
+            f"in {took:.2f} s",
+        )
+    return Check("gate", False, "a sample tool failed: " + "; ".join(report.findings))
 
 
 def gather_checks(
-    settings: Settings, *, for_run: bool = False, unit: Path = UNIT_PATH
+    settings: Settings, *, for_run: bool = False, unit: Path = UNIT_PATH, gate: bool = True
 ) -> list[Check]:
-    """Every check, in display order; ``for_run`` makes what ``shelldon run`` needs required."""
+    """Every check, in display order; ``for_run`` makes what ``shelldon run`` needs required;
+    ``gate`` runs a sample tool through the gate (about a second on a Pi)."""
     checks = [
         Check("shelldon", True, __version__),
         Check(
@@ -241,7 +277,8 @@ def gather_checks(
             "yes" if home_ok else ("will be created" if not settings.home.exists() else "no"),
         )
     )
-    needed = set(_needed_secrets(settings))
+    key = provider_key(settings.brain)
+    needed = {key[0]} if key and key[1] else set()
     for name in ("telegram_token", "anthropic_api_key", "openai_api_key"):
         try:
             found = find_secret(name, settings.vault)
@@ -250,9 +287,15 @@ def gather_checks(
             continue
         if found is not None:
             checks.append(Check(f"secret {name}", True, f"found in {found[1]}"))
+            mode_check = _secret_file_mode_check(name, found[1])
+            if mode_check is not None:
+                checks.append(mode_check)
         else:
             if name in needed:
                 detail, ok = "missing (needed by the configured provider)", False
+            elif key is not None and key[0] == name:
+                local = settings.brain.base_url
+                detail, ok = f"not needed: {local} is on this machine or the LAN", True
             elif name == "telegram_token":
                 detail, ok = "missing (needed by `shelldon run`)", False
             else:
@@ -278,6 +321,8 @@ def gather_checks(
         for name, active, detail in sandbox.describe(settings)
     )
     checks.append(_rlimit_check(settings))
+    if gate:
+        checks.append(gate_check(settings))
     unit_text = unit.read_text(errors="replace") if unit.is_file() else None
     checks.append(_memory_check(unit_text, read_meminfo()))
     checks.extend(_systemd_checks(unit))

@@ -9,11 +9,17 @@ A secret file holds one value; surrounding whitespace is stripped. Values are ne
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import sys
 from collections.abc import MutableMapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from shelldon.config import BrainSettings
 
 SECRET_ENV = {
     "telegram_token": "TELEGRAM_BOT_TOKEN",
@@ -23,6 +29,35 @@ SECRET_ENV = {
 """Each secret's file name and the environment variable that may carry it instead."""
 
 _env_taken: dict[str, str] = {}
+
+LOCAL_SUFFIXES = (".local", ".lan", ".internal", ".home.arpa")
+"""Host name endings of the local network: an OpenAI-compatible server there needs no key."""
+
+
+def is_local_url(url: str) -> bool:
+    """True when ``url``'s host is this machine or on the local network (no key needed)."""
+    host = (urlsplit(url).hostname or "").lower()
+    if not host:
+        return False
+    if host == "localhost" or host.endswith((".localhost", *LOCAL_SUFFIXES)):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private or address.is_link_local
+
+
+def provider_key(brain: BrainSettings) -> tuple[str, bool] | None:
+    """The secret the configured brain uses and whether it is required, or None (scripted).
+
+    An OpenAI-compatible server on this machine or the LAN (llama.cpp, Ollama) needs no key;
+    every other provider refuses to start without one."""
+    if brain.provider == "anthropic":
+        return "anthropic_api_key", True
+    if brain.provider == "openai":
+        return "openai_api_key", not (brain.base_url and is_local_url(brain.base_url))
+    return None
 
 
 class SecretMissingError(RuntimeError):

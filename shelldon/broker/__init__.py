@@ -16,31 +16,13 @@ A relative ``brain.script`` path is resolved against the shelldon home.
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from shelldon.broker.provider import Provider, ProviderError
 from shelldon.config import Settings
-from shelldon.secrets import find_secret, read_secret
+from shelldon.secrets import find_secret, is_local_url, read_secret
 
 __all__ = ["Provider", "ProviderError", "is_local_url", "load_provider"]
-
-LOCAL_SUFFIXES = (".local", ".lan", ".internal", ".home.arpa")
-
-
-def is_local_url(url: str) -> bool:
-    """True when ``url``'s host is this machine or on the local network (no key needed)."""
-    host = (urlsplit(url).hostname or "").lower()
-    if not host:
-        return False
-    if host == "localhost" or host.endswith((".localhost", *LOCAL_SUFFIXES)):
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return address.is_loopback or address.is_private or address.is_link_local
 
 
 def load_provider(settings: Settings) -> Provider:

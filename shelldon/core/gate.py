@@ -124,6 +124,8 @@ class GateReport:
     code_hash: str
     tests_passed: int = 0
     timed_out: bool = False
+    # The gate could not judge the tool (its own install is broken): not the code's fault.
+    unavailable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,6 +428,17 @@ def _package_dirs() -> tuple[str, ...]:
     return tuple(dirs)
 
 
+def pytest_missing() -> str:
+    """Why this interpreter cannot run the gate's pytest ("" when it can)."""
+    if importlib.util.find_spec("pytest") is not None:
+        return ""
+    return (
+        f"pytest is not installed for {sys.executable}: the gate cannot run any tool's test "
+        "(the tool was not at fault); reinstall shelldon into that environment, which brings "
+        "pytest with it"
+    )
+
+
 def _signal_name(returncode: int) -> str:
     try:
         return signal.Signals(-returncode).name
@@ -459,6 +472,7 @@ class GateRun:
         self._report: GateReport | None = None
         self.output_closed = False
         self._cgroup: sandbox.TurnCgroup | None = None
+        self._unavailable = False
 
     @property
     def pid(self) -> int | None:
@@ -642,6 +656,13 @@ class GateRun:
                 f"{self._limits.cpu_s}s or memory limit of {self._limits.address_space_mb} MB?)"
             ], 0
         counts = self._probe_report()
+        if counts is None and b"No module named pytest" in self._output.head:
+            # This interpreter finds pytest but the confined run could not import it.
+            self._unavailable = True
+            return [
+                f"pytest could not be imported by the gate run of {sys.executable} (its "
+                "packages are outside what the sandbox lets it read?); the tool was not at fault"
+            ], 0
         if counts is None:
             return [
                 f"pytest ended (exit code {returncode}) without its summary: did the code exit "
@@ -685,6 +706,7 @@ class GateRun:
         report = GateReport(
             name=self.name,
             passed=not findings,
+            unavailable=self._unavailable,
             findings=tuple(findings),
             output=self._output.text(),
             duration_s=time.monotonic() - self._started,
@@ -725,13 +747,18 @@ def start_gate(
         return GateRun(name, unreadable, "", limits, on_done)
     static = static_checks(name, code, test_src)
     run = GateRun(name, static, code_hash(code_bytes), limits, on_done)
-    if not static.findings:
-        try:
-            run._launch(staging, tool, test)
-        except OSError as exc:
-            run._static = StaticScan(
-                (f"pytest could not be started: {exc}",), static.dynamic_imports
-            )
+    if static.findings:
+        return run
+    missing = pytest_missing()
+    if missing:
+        run._static = StaticScan((missing,), static.dynamic_imports)
+        run._unavailable = True
+        return run
+    try:
+        run._launch(staging, tool, test)
+    except OSError as exc:
+        run._static = StaticScan((f"pytest could not be started: {exc}",), static.dynamic_imports)
+        run._unavailable = True
     return run
 
 

@@ -82,6 +82,8 @@ _APOLOGIES = {
     "server": "the model's server had an error, try again shortly",
     "malformed": "the model's answer came back garbled, try again",
     "channel": "I lost contact with my brain mid-turn, try again",
+    "no_key": "no API key configured for the model; `shelldon doctor` says where it goes",
+    "unconfigured": "my brain is not configured correctly; `shelldon doctor` says what is wrong",
 }
 
 _SUMMARY_VALUE_CHARS = 200

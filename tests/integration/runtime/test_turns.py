@@ -188,3 +188,14 @@ def test_a_restart_finds_every_parked_approval(tmp_path: Path) -> None:
         assert (svc.settings.workspace / "note.txt").read_text() == "hi"
     finally:
         svc.stop()
+
+
+@pytest.mark.script(FREE_TURN, SHELLDON_BRAIN_PROVIDER="anthropic")
+def test_a_missing_api_key_is_named_as_such_never_as_refused_credentials(
+    service: Service,
+) -> None:
+    # `shelldon run` refuses to start without the key; an embedder that boots the actors
+    # anyway still gets the honest reason, and nothing went out unauthenticated.
+    service.say("what time is it?")
+    said = service.expect("no API key configured")
+    assert "refused my credentials" not in said

@@ -169,3 +169,66 @@ def test_a_lax_unit_fails_the_exposure_check(settings: Settings, tmp_path: Path)
     check = by_name(gather_checks(settings, unit=lax), "unit exposure")
     assert not check.ok and check.required
     assert float(check.detail.split()[0]) > 2.0
+
+
+def test_doctor_gates_a_sample_tool_and_says_how_long_it_took(settings: Settings) -> None:
+    gate = by_name(gather_checks(settings), "gate")
+    assert gate.ok and gate.required
+    assert gate.detail.startswith("a sample tool passed (AST checks + sandboxed pytest, 2 tests)")
+    took = float(gate.detail.rsplit(" in ", 1)[1].removesuffix(" s"))
+    assert 0 < took < 30
+
+
+def test_doctor_without_pytest_fails_the_gate_line_plainly(tmp_path: Path) -> None:
+    from tests.pythons import python_without_pytest
+
+    home = tmp_path / "home"
+    proc = subprocess.run(
+        [*python_without_pytest(tmp_path, "shelldon"), "doctor", "--for", "chat"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "SHELLDON_HOME": str(home), "PYTHONPATH": ""},
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    [line] = [ln for ln in proc.stdout.splitlines() if ln.split()[1:2] == ["gate"]]
+    assert line.startswith("FAIL gate")
+    assert f"pytest is not installed for {sys.executable}" in line
+    assert "the tool was not at fault" in line
+
+
+@pytest.mark.parametrize(
+    "base_url", ["http://127.0.0.1:8080/v1", "http://192.168.1.20:11434/v1", "http://llama.lan/v1"]
+)
+def test_a_keyless_openai_server_here_or_on_the_lan_needs_no_key(home: Path, base_url: str) -> None:
+    settings = load_settings(
+        environ={
+            "SHELLDON_HOME": str(home),
+            "SHELLDON_BRAIN_PROVIDER": "openai",
+            "SHELLDON_BRAIN_BASE_URL": base_url,
+        }
+    )
+    key = by_name(gather_checks(settings, gate=False), "secret openai_api_key")
+    assert key.ok
+    assert key.detail == f"not needed: {base_url} is on this machine or the LAN"
+
+
+def test_a_keyless_public_openai_endpoint_fails(home: Path) -> None:
+    settings = load_settings(
+        environ={"SHELLDON_HOME": str(home), "SHELLDON_BRAIN_PROVIDER": "openai"}
+    )
+    key = by_name(gather_checks(settings, gate=False), "secret openai_api_key")
+    assert not key.ok and key.required
+
+
+def test_a_secret_file_others_can_read_is_a_warning(home: Path) -> None:
+    token = home / "vault" / "telegram_token"
+    token.write_text(GOOD_TOKEN)
+    token.chmod(0o644)
+    checks = gather_checks(configured(home), for_run=True, gate=False)
+    mode = by_name(checks, "secret telegram_token mode")
+    assert not mode.ok and not mode.required
+    assert mode.detail == f"{token} is readable by others (mode 0644): chmod 600 {token}"
+    token.chmod(0o600)
+    names = [c.name for c in gather_checks(configured(home), for_run=True, gate=False)]
+    assert "secret telegram_token mode" not in names
