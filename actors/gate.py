@@ -11,7 +11,15 @@ import time
 import structlog
 from thespian.actors import ActorAddress, ActorExitRequest, WakeupMessage, WatchMessage
 
-from actors.messages import AskOwner, DecidePromotion, GateTool, Reply, Settle, Wire
+from actors.messages import (
+    TOOL_REFUSED,
+    AskOwner,
+    DecidePromotion,
+    GateTool,
+    Reply,
+    Settle,
+    Wire,
+)
 from actors.wired import WiredActor
 from shelldon.core.gate import GateReport, GateRun
 from shelldon.core.manifest import read_declaration
@@ -72,7 +80,8 @@ class GateRunnerActor(WiredActor):
             try:
                 staged = self.selfcode.stage(p.name, p.code, p.test)
             except SelfCodeError as exc:
-                self._tell(job.chat_id, f"I tried to write a tool called {p.name!r}, but: {exc}")
+                text = f"I tried to write a tool called {p.name!r}, but: {exc}"
+                self._tell(job.chat_id, text, kind=TOOL_REFUSED)
                 continue
             run = self.selfcode.start_gate(staged)
             self.running = (job, run, staged.name, staged.code_hash)
@@ -118,13 +127,20 @@ class GateRunnerActor(WiredActor):
             turn_id=job.turn_id,
         )
         if not report.passed:
-            text = (
-                f"I wrote a tool called {name}, but it failed its gate, so I threw it away."
-                f"\n{summary}"
-            )
+            if report.unavailable:
+                text = (
+                    f"I wrote a tool called {name}, but my gate could not test it, so I dropped "
+                    "it: my install needs fixing, not the tool; ask me again once it is fixed."
+                    f"\n{summary}"
+                )
+            else:
+                text = (
+                    f"I wrote a tool called {name}, but it failed its gate, so I threw it away."
+                    f"\n{summary}"
+                )
             # The model reads the conversation next turn: it learns why, too.
             self.store.append_message(job.chat_id, "assistant", text, now)
-            self._tell(job.chat_id, text, pre_output=report.output)
+            self._tell(job.chat_id, text, pre_output=report.output, kind=TOOL_REFUSED)
             return
         self.store.park_promotion(
             job.turn_id,
@@ -192,7 +208,7 @@ class GateRunnerActor(WiredActor):
             self.running[1].kill()
             self.running = None
 
-    def _tell(self, chat_id: int, text: str, pre_output: str = "") -> None:
+    def _tell(self, chat_id: int, text: str, pre_output: str = "", kind: str = "") -> None:
         if pre_output:
             text = f"{text}\n\n{pre_output[-1500:]}"
-        self.send(self.peers["transport"], Reply(chat_id, text))
+        self.send(self.peers["transport"], Reply(chat_id, text, kind=kind))

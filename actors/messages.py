@@ -43,13 +43,25 @@ class InboxChanged:
     """Transport → arbiter: new events were durably handed off to the inbox table."""
 
 
+CONSOLE_DONE = b"done"
+"""What the console transport writes to the session's done pipe when the session ended well."""
+
+CONSOLE_FAILED = b"fail"
+"""... and when it ended early because something failed (the demo's story could not go on)."""
+
+TOOL_REFUSED = "tool_refused"
+"""``Reply.kind`` of a proposed tool that was refused or failed its gate: nothing to promote."""
+
+
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """→ transport: send ``text`` to the owner."""
+    """→ transport: send ``text`` to the owner; ``kind`` says what it reports ("" a chat
+    reply, ``TOOL_REFUSED``), so the console's demo can tell without reading the text."""
 
     chat_id: int
     text: str
     pre: bool = False
+    kind: str = ""
 
 
 @dataclass(frozen=True, slots=True)

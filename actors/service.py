@@ -17,7 +17,7 @@ import structlog
 
 from actors.hardening import TRUSTED
 from actors.inproc import Driver
-from actors.messages import Boot, Ping, Status
+from actors.messages import CONSOLE_DONE, Boot, Ping, Status
 from actors.system import start_actor_system, stop_actor_system
 from shelldon.config import IN_PROCESS_BASE, Settings
 from shelldon.sdnotify import Notifier
@@ -183,25 +183,30 @@ def _wait(
     every = health_every_s(notifier.watchdog_s)
     polling = False
     next_health = time.monotonic()
-    done = {"console": False}
+    done: dict[str, int | None] = {"console": None}
+
+    def console_done() -> None:
+        assert console is not None
+        done["console"] = console_status(os.read(console.done_r, 16))
+
     if driver is not None and console is not None:
-        driver.add_reader(console.done_r, lambda: done.update(console=True))
+        driver.add_reader(console.done_r, console_done)
     while not stop["signal"]:
         tick = min(0.2, every)
         if driver is not None:
             # The actors run here, in this thread, until it is time for a health check.
             until = time.monotonic() + (every if polling else tick)
-            while not (stop["signal"] or done["console"]) and time.monotonic() < until:
+            while not stop["signal"] and done["console"] is None and time.monotonic() < until:
                 driver.step(max(0.0, until - time.monotonic()))
-            if done["console"]:
-                return 0
+            if done["console"] is not None:
+                return done["console"]
             if stop["signal"]:
                 break
         elif console is not None:
             with contextlib.suppress(InterruptedError):
                 ready, _, _ = select.select([console.done_r], [], [], tick)
                 if ready:
-                    return 0
+                    return console_status(os.read(console.done_r, 16))
         else:
             time.sleep(tick)
         # Until the transport polls, ask every tick: READY=1 should follow it closely.
@@ -224,4 +229,16 @@ def _wait(
             notifier.ready("running")
             log.info("service_polling", watchdog_s=notifier.watchdog_s, health_every_s=every)
     log.info("service_stopping", signal=stop["signal"])
-    return 0
+    return stopped_status(stop["signal"])
+
+
+def console_status(said: bytes) -> int:
+    """The exit status a console session's end asks for (an end nobody announced, such as a
+    transport that died, is a failure)."""
+    return 0 if said == CONSOLE_DONE else 1
+
+
+def stopped_status(signum: int) -> int:
+    """Exit status after a stop signal: SIGTERM is the service manager's clean stop (0);
+    SIGINT is someone's Ctrl-C, reported as interrupted (128 + 2 = 130), as shells do."""
+    return 128 + signum if signum == signal.SIGINT else 0

@@ -19,6 +19,9 @@ from thespian.actors import ActorAddress, ActorExitRequest, WakeupMessage, Watch
 from actors.base import ContractActor
 from actors.bridge import AsyncBridge
 from actors.messages import (
+    CONSOLE_DONE,
+    CONSOLE_FAILED,
+    TOOL_REFUSED,
     AskOwner,
     Fatal,
     Idle,
@@ -33,7 +36,13 @@ from shelldon.config import Settings
 from shelldon.contracts import Decision, InboundMessage, encode
 from shelldon.core.arbiter import command_of
 from shelldon.core.history import Store
-from shelldon.transport.console import ConsoleSession, Prompt, format_reply, format_you
+from shelldon.transport.console import (
+    ConsoleSession,
+    Prompt,
+    format_reply,
+    format_you,
+    story_step_budget_s,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -116,6 +125,8 @@ class TransportActor(ContractActor):
 
     def _story_next(self) -> None:
         assert self.session is not None
+        if self.session.failure:
+            return
         line = self.session.next_story_line()
         if line is None:
             self._write("— end of the demo —\n")
@@ -123,11 +134,28 @@ class TransportActor(ContractActor):
             return
         self._write(format_you(line))
         self._console_handoff(InboundMessage(0, 0, line))
+        self._arm_step_deadline()
 
-    def _finish_console(self) -> None:
+    def _step_budget_s(self) -> float:
+        assert self.settings is not None
+        limits = self.settings.limits
+        return story_step_budget_s(limits.turn_timeout_s, limits.gate_timeout_s)
+
+    def _arm_step_deadline(self) -> None:
+        assert self.session is not None
+        budget = dt.timedelta(seconds=self._step_budget_s())
+        self.wakeupAfter(budget, payload=("story-step", self.session.step))
+
+    def _end_story(self) -> None:
+        """The story cannot go on: say why in one line and end the session with status 1."""
+        assert self.session is not None
+        self._write(f"shelldon: {self.session.failure}\n")
+        self._finish_console(failed=True)
+
+    def _finish_console(self, failed: bool = False) -> None:
         if self.done_fd >= 0:
             with contextlib.suppress(OSError):
-                os.write(self.done_fd, b"done")
+                os.write(self.done_fd, CONSOLE_FAILED if failed else CONSOLE_DONE)
                 os.close(self.done_fd)
             self.done_fd = -1
 
@@ -165,17 +193,21 @@ class TransportActor(ContractActor):
     # ---------------------------------------------------------------- telegram
 
     def _start_telegram(self, settings: Settings) -> None:
-        from shelldon.secrets import read_secret
+        from shelldon.secrets import SecretMissingError, read_secret
         from shelldon.transport.telegram_link import TelegramLink
 
         self.bridge = AsyncBridge("telegram")
         self.watch(self.bridge.fileno())
+        from shelldon.preflight import EXIT_CONFIG
+        from shelldon.transport.telegram import InvalidEndpoint
+
+        # `shelldon run` checked the token before starting; this catches what changed since.
         try:
             token = read_secret("telegram_token", settings.vault)
-        except Exception as exc:
-            self.send(self.peers["supervisor"], Fatal(str(exc), 2))
+            self.telegram = TelegramLink(settings, token, self.bridge)
+        except (SecretMissingError, InvalidEndpoint) as exc:
+            self.send(self.peers["supervisor"], Fatal(str(exc), EXIT_CONFIG))
             return
-        self.telegram = TelegramLink(settings, token, self.bridge)
         self.bridge.submit(self.telegram.run(), "poller")
 
     def _drain_bridge(self) -> None:
@@ -211,6 +243,8 @@ class TransportActor(ContractActor):
     def receiveMsg_Reply(self, msg: Reply, sender: ActorAddress) -> None:
         if self.kind == "console":
             self._write(format_reply(msg.text))
+            if msg.kind == TOOL_REFUSED and self.session and self.session.on_tool_refused():
+                self._end_story()
         elif self.telegram is not None and self.bridge is not None:
             self.bridge.submit(self.telegram.reply(msg.chat_id, msg.text), ("reply", msg.chat_id))
 
@@ -259,8 +293,11 @@ class TransportActor(ContractActor):
                 self.session.prompts.append(Prompt(msg.decision.turn_id, False))
                 self._write("           [y/N] ")
             return
-        if self.session.on_settled(self.asked.pop(msg.decision.turn_id, False)):
+        promotion = self.asked.pop(msg.decision.turn_id, False)
+        if self.session.on_settled(promotion, msg.decision.approved is True):
             self._story_next()
+        elif self.session.failure:
+            self._end_story()
 
     def receiveMsg_Idle(self, msg: Idle, sender: ActorAddress) -> None:
         if self.session is None:
@@ -277,6 +314,13 @@ class TransportActor(ContractActor):
     def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: ActorAddress) -> None:
         if msg.payload == "console-done":
             self._finish_console()
+        elif isinstance(msg.payload, tuple) and msg.payload[:1] == ("story-step",):
+            assert self.session is not None
+            step = msg.payload[1]
+            if self.session.on_step_overdue(step, self._step_budget_s()):
+                self._end_story()
+            elif step == self.session.step and self.session.waiting_for:
+                self._arm_step_deadline()  # the owner is being asked: wait for them
 
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: ActorAddress) -> None:
         if self.bridge is not None:

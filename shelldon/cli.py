@@ -11,6 +11,10 @@ from typing import Any
 
 from shelldon import __version__
 from shelldon.config import IN_PROCESS_BASE, ConfigError, Settings, load_settings
+from shelldon.home import make_private_dir, prepare_home
+
+INTERRUPTED = 130
+"""Exit status after Ctrl-C (128 + SIGINT), as shells report it."""
 
 
 def _load(args: argparse.Namespace) -> Settings:
@@ -20,8 +24,11 @@ def _load(args: argparse.Namespace) -> Settings:
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Report config, home, secrets (never their values), Python; 0 only when all is well."""
     from shelldon.doctor import run_doctor
+    from shelldon.logs import configure_logging
 
     settings = _load(args)
+    # The report is for a person; the sample gate's events would only interleave with it.
+    configure_logging(actor="doctor", stream=open(os.devnull, "w"))  # noqa: SIM115
     for_run = None if args.purpose is None else args.purpose == "run"
     return run_doctor(settings, sys.stdout, for_run=for_run)
 
@@ -35,9 +42,7 @@ def _console_fds() -> tuple[int, int, int, int]:
 
 
 def _logs_to_file(settings: Settings) -> Path:
-    log_dir = settings.home / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    path = log_dir / "shelldon.jsonl"
+    path = settings.home / "logs" / "shelldon.jsonl"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(fd, 1)
     os.close(fd)
@@ -56,6 +61,7 @@ def _start(settings: Settings, actor: str) -> Any:
 
     from shelldon.logs import configure_logging
 
+    prepare_home(settings)
     configure_logging(actor=actor, home=settings.home)
     zygote = None
     if settings.actors.base == IN_PROCESS_BASE:
@@ -71,10 +77,39 @@ def _start(settings: Settings, actor: str) -> Any:
     return zygote
 
 
+def _refused(settings: Settings, transport: str, zygote: Any, *, tell: bool) -> int | None:
+    """Check the configuration before any actor starts; the exit status if it cannot work.
+
+    One log line says why (and one line on stderr when ``tell``); warnings are logged."""
+    import structlog
+
+    from shelldon.preflight import EXIT_CONFIG, preflight
+
+    log = structlog.get_logger("shelldon.start")
+    found = preflight(settings, transport)
+    for warning in found.warnings:
+        log.warning("start_warning", warning=warning)
+        if tell:
+            print(f"shelldon: warning: {warning}", file=sys.stderr)
+    if not found.refusals:
+        return None
+    reason = "; ".join(found.refusals)
+    log.error("start_refused", reason=reason, exit_status=EXIT_CONFIG)
+    if tell:
+        print(f"shelldon: {reason}", file=sys.stderr)
+    if zygote is not None:
+        zygote.stop()
+    return EXIT_CONFIG
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """The service: actor system + Telegram transport."""
     settings = _load(args)
     zygote = _start(settings, "main")
+    # Under systemd stderr is the journal too: the JSON log line alone says it there.
+    refused = _refused(settings, "telegram", zygote, tell=sys.stderr.isatty())
+    if refused is not None:
+        return refused
     from actors.service import run_service
 
     return run_service(settings, transport="telegram", zygote=zygote)
@@ -83,14 +118,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_chat(args: argparse.Namespace) -> int:
     """The same runtime with the console transport; approvals asked at the prompt."""
     settings = _load(args)
+    prepare_home(settings)
     fds = _console_fds()
     log_path = _logs_to_file(settings)
     zygote = _start(settings, "main")
+    refused = _refused(settings, "console", zygote, tell=True)
+    if refused is not None:
+        return refused
     from actors.service import Console, run_service
 
     console = Console(*fds)
     os.write(console.out_fd, f"(logs: {log_path})\n".encode())
-    return run_service(settings, transport="console", console=console, zygote=zygote)
+    status = run_service(settings, transport="console", console=console, zygote=zygote)
+    if status == INTERRUPTED:
+        os.write(console.out_fd, b"shelldon: interrupted (Ctrl-C)\n")
+    return status
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -100,8 +142,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from shelldon.demo import STORY, write_demo_config
 
     home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="shelldon-demo-"))
-    config = write_demo_config(home)
+    config = write_demo_config(make_private_dir(home))
     settings = load_settings(config, environ={**os.environ, "SHELLDON_HOME": str(home)})
+    prepare_home(settings)
     fds = _console_fds()
     log_path = _logs_to_file(settings)
     zygote = _start(settings, "main")
@@ -117,8 +160,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         auto_yes=args.yes,
         zygote=zygote,
     )
-    tools = sorted(p.stem for p in (settings.workspace / "tools").glob("*.py"))
-    os.write(console.out_fd, f"live self-coded tools: {', '.join(tools) or 'none'}\n".encode())
+    if status == INTERRUPTED:
+        os.write(console.out_fd, b"shelldon: the demo was interrupted (Ctrl-C)\n")
+    elif status == 0:
+        tools = sorted(p.stem for p in (settings.workspace / "tools").glob("*.py"))
+        os.write(console.out_fd, f"live self-coded tools: {', '.join(tools) or 'none'}\n".encode())
     return status
 
 

@@ -13,7 +13,9 @@ connection closes it.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -153,6 +155,9 @@ class Store:
     def __init__(self, path: Path | str, *, busy_timeout_ms: int = 5000) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):  # exists already, or sqlite will say why
+            # Created 0600 before sqlite sees it: its -wal and -shm files copy this mode.
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         try:
             # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so writers queue on
             # the busy timeout instead of failing with "database is locked" mid-transaction.

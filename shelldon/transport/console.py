@@ -36,6 +36,9 @@ class ConsoleSession:
         self.waiting_for = ""  # "turn" or "promotion" while a story step is in flight
         self.await_promotion = False
         self.finished = False
+        self.step = 0  # the story line in flight (1-based); 0 before the first
+        self.step_line = ""
+        self.failure = ""  # why the story stopped early: one line for the owner
 
     def line_event(self, line: str) -> InboundMessage | Decision | None:
         """The event a typed line makes: the answer to the oldest prompt, else a chat message."""
@@ -69,7 +72,30 @@ class ConsoleSession:
             return None
         say, await_promotion = self.story.popleft()
         self.waiting_for, self.await_promotion = "turn", await_promotion
+        self.step += 1
+        self.step_line = say
         return say
+
+    def _stop(self, why: str) -> bool:
+        """End the story early (once); True when this call ended it."""
+        if not self.scripted or self.failure or self.finished:
+            return False
+        self.failure = f"the demo stopped at step {self.step}: {why}"
+        self.story.clear()
+        return True
+
+    def on_tool_refused(self) -> bool:
+        """A proposed tool was refused or failed its gate; True when that ends the story."""
+        if self.waiting_for != "promotion" and not self.await_promotion:
+            return False
+        return self._stop("the tool I wrote did not pass its gate (my reply above says why)")
+
+    def on_step_overdue(self, step: int, budget_s: float) -> bool:
+        """The step's time is up; True when that ends the story (not while the owner is being
+        asked: a person may take their time)."""
+        if step != self.step or not self.waiting_for or self.prompts:
+            return False
+        return self._stop(f"{self.step_line!r} got no answer within {budget_s:.0f} s")
 
     def on_idle(self) -> bool:
         """A turn ended; True when the story should go on now."""
@@ -81,12 +107,27 @@ class ConsoleSession:
         self.waiting_for = ""
         return True
 
-    def on_settled(self, promotion: bool) -> bool:
-        """A decision was handled; True when the story should go on now."""
+    def on_settled(self, promotion: bool, approved: bool = True) -> bool:
+        """A decision was handled; True when the story should go on now. A no ends the story
+        (``failure`` says so): each step needs the one before it."""
+        if not approved:
+            what = "adding the tool" if promotion else "the step that needed your approval"
+            self._stop(f"you said no to {what}; answer y (or run `shelldon demo --yes`)")
+            return False
         if self.scripted and promotion and self.waiting_for == "promotion":
             self.waiting_for = ""
             return True
         return False
+
+
+STEP_SLACK_S = 30.0
+"""Room a story step gets beyond its ceilings, for a slow machine (a Pi runs ~8x slower)."""
+
+
+def story_step_budget_s(turn_timeout_s: float, gate_timeout_s: float) -> float:
+    """How long one story step may take without a person in it: a turn, the turn resumed after
+    a tap, and a gate, each at its ceiling, plus ``STEP_SLACK_S``."""
+    return 2 * turn_timeout_s + gate_timeout_s + STEP_SLACK_S
 
 
 def format_reply(text: str) -> str:

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from shelldon.contracts import Decision, InboundMessage
-from shelldon.transport.console import ConsoleSession, format_reply
+from shelldon.transport.console import (
+    STEP_SLACK_S,
+    ConsoleSession,
+    format_reply,
+    story_step_budget_s,
+)
 
 
 def test_a_line_answers_the_oldest_prompt_and_only_yes_approves() -> None:
@@ -33,3 +38,70 @@ def test_the_story_waits_for_a_promotion_when_told_to() -> None:
 
 def test_multiline_replies_stay_indented() -> None:
     assert format_reply("a\nb") == "shelldon › a\n           b\n"
+
+
+DEMO = (("time?", False), ("save a note", False), ("make a tool", True), ("use it", False))
+
+
+def test_a_no_ends_the_story_with_a_reason() -> None:
+    s = ConsoleSession(story=DEMO)
+    s.next_story_line()
+    s.on_idle()
+    assert s.next_story_line() == "save a note"
+    assert not s.on_settled(promotion=False, approved=False)
+    assert s.failure.startswith("the demo stopped at step 2: you said no")
+    assert s.next_story_line() is None  # nothing more is told
+
+
+def test_refusing_the_promotion_ends_the_story() -> None:
+    s = ConsoleSession(story=DEMO[2:])
+    s.next_story_line()
+    s.on_idle()
+    assert not s.on_settled(promotion=True, approved=False)
+    assert "you said no to adding the tool" in s.failure
+
+
+def test_a_tool_that_fails_its_gate_ends_the_story_only_where_a_promotion_was_due() -> None:
+    s = ConsoleSession(story=DEMO)
+    s.next_story_line()
+    assert not s.on_tool_refused()  # step 1 waits for no tool: a stray refusal changes nothing
+    assert not s.failure
+    s.on_idle()
+    s.next_story_line()
+    s.on_idle()
+    s.next_story_line()  # "make a tool"
+    assert s.on_tool_refused()
+    assert s.failure == (
+        "the demo stopped at step 3: the tool I wrote did not pass its gate "
+        "(my reply above says why)"
+    )
+    assert not s.on_tool_refused()  # said once
+
+
+def test_an_overdue_step_ends_the_story_unless_the_owner_is_being_asked() -> None:
+    s = ConsoleSession(story=DEMO)
+    s.next_story_line()
+    s.ask("t1", promotion=False)
+    assert not s.on_step_overdue(1, 110)  # a person may take their time at [y/N]
+    s.line_event("y")
+    assert not s.on_step_overdue(2, 110)  # a wake-up for another step
+    assert s.on_step_overdue(1, 110)
+    assert s.failure == "the demo stopped at step 1: 'time?' got no answer within 110 s"
+
+
+def test_a_finished_step_is_never_overdue() -> None:
+    s = ConsoleSession(story=DEMO)
+    s.next_story_line()
+    s.on_idle()
+    assert not s.on_step_overdue(1, 110)
+
+
+def test_each_step_is_bounded_by_its_ceilings() -> None:
+    assert story_step_budget_s(25, 30) == 2 * 25 + 30 + STEP_SLACK_S
+
+
+def test_chat_sessions_have_no_story_to_stop() -> None:
+    s = ConsoleSession()
+    assert not s.on_settled(promotion=False, approved=False)
+    assert not s.on_tool_refused()
+    assert not s.failure
