@@ -66,9 +66,10 @@ if [ "$REBUILD" = 1 ] || [ ! -s "$W/vmlinuz" ] || [ ! -d "$W/root" ] \
 fi
 
 # Inside the VM: root, cwd /root/shelldon (the clone), .venv with .[dev]. -vv because
-# pyproject's addopts has -q; -rA shows what each test printed (its measurements).
+# pyproject's addopts has -q; -rA shows what each test printed (its measurements); no colour
+# codes in a log read on the serial console.
 inner='t0=$(date +%s.%N)
-SHELLDON_SYSTEM_TESTS=1 .venv/bin/python -m pytest tests/system -vv -rA --durations=0 '"${MARK[*]}"' </dev/null
+SHELLDON_SYSTEM_TESTS=1 .venv/bin/python -m pytest tests/system -vv -rA --durations=0 --color=no '"${MARK[*]}"' </dev/null
 rc=$?
 echo "SYSTEM-SUITE-SECONDS $(awk -v a="$t0" -v b="$(date +%s.%N)" "BEGIN { printf \"%.0f\", b - a }")"
 exit $rc'
