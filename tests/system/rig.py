@@ -299,9 +299,6 @@ class Pet:
         state = show()
         if not is_ready(state):
             state = self.restart()
-        # Settle: the poller is polling again (a long poll is in flight or about to be).
-        polls = self.bot.polls()
-        wait_until(lambda: self.bot.polls() > polls, 60, "the poller to poll", every=0.2)
         return state
 
     def turn(self, text: str, reply: str, timeout: float = TURN_S) -> str:

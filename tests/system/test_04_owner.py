@@ -106,10 +106,10 @@ def test_the_journal_is_one_json_object_per_line_and_the_readme_recipes_work(pet
     pet.brain.reply_text("Wrote journal-check.txt.")
     mark = pet.bot.say("write journal-check.txt")
     ask = pet.bot.wait_keyboard(since=mark)
+    turn_id = ask.buttons()[0]["callback_data"].split(":")[1]
     pet.bot.tap(ask, 0)
     pet.bot.wait_text("Wrote journal-check.txt.", since=mark)
     assert (WORKSPACE / "journal-check.txt").exists()
-    turn_id = ask.buttons()[0]["callback_data"].split(":")[1]
     time.sleep(2)  # journald writes asynchronously
 
     # Every line the service itself wrote is one JSON object with the common fields.
