@@ -164,7 +164,10 @@ def test_an_approved_fork_bomb_is_bounded_and_leaves_nothing_behind(pet: Pet) ->
     idle = cgroup_pids()
     before = show()
     asked = len(pet.brain.requests)
-    pet.brain.reply_tool_calls(("run_shell", {"command": "bomb() { bomb | bomb & }; bomb"}))
+    # The shell stays (exec, no fork needed) while the bomb grows: its end does not end the bomb
+    # early, and every fork past the turn's pids.max fails.
+    bomb = "bomb() { bomb | bomb & }; bomb; exec sleep 15"
+    pet.brain.reply_tool_calls(("run_shell", {"command": bomb}))
     pet.brain.reply_text("The shell command finished.")
     mark = pet.bot.say("run this shell function for me")
     ask = pet.bot.wait_keyboard(since=mark)
@@ -206,6 +209,9 @@ def test_an_approved_fork_bomb_is_bounded_and_leaves_nothing_behind(pet: Pet) ->
     )
     assert where(left) == where(idle), describe_pids(left)
     assert after["MainPID"] == before["MainPID"] and after["NRestarts"] == before["NRestarts"]
-    # Bounded: the bomb never held more than a turn's pids.max (64) beside the idle processes.
+    # It did explode, and never held more than a turn's pids.max (64, the worker included)
+    # beside the idle processes (the spare waits in a turn cgroup of its own).
+    assert peak["turns"] >= 32, peak
+    assert peak["turns"] <= where(idle)["turns"] + 64, peak
     assert peak["unit"] <= sum(where(idle).values()) + 64, peak
     pet.turn("are you still fine?", "Fine after the fork bomb.")

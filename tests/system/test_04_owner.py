@@ -63,7 +63,11 @@ WHAT_RAN_EVENTS = {
 def run(recipe: str) -> str:
     proc = shell(recipe, timeout=180)
     assert proc.returncode == 0, f"{recipe}\nexited {proc.returncode}: {proc.stderr[-2000:]}"
-    assert proc.stderr.strip() == "", proc.stderr[-2000:]
+    # The VM has no network and no /etc/hosts line for its hostname; sudo says so. A Pi has one.
+    noise = [
+        line for line in proc.stderr.splitlines() if not line.startswith("sudo: unable to resolve")
+    ]
+    assert not noise, proc.stderr[-2000:]
     return proc.stdout
 
 
