@@ -46,11 +46,12 @@ from shelldon.contracts import (
     TurnRequest,
     decode,
 )
-from shelldon.core.arbiter import budget_day, command_of, plan_inbox
+from shelldon.core.arbiter import budget_day, command_of, left_behind, plan_inbox
 from shelldon.core.history import Store
 from shelldon.core.owner_commands import answer_command
 from shelldon.core.selfcode import SelfCode
 from shelldon.core.turnwatch import apology
+from shelldon.transport.console import CONSOLE_CHAT
 from shelldon.worker.prompt import recent_history
 
 log = structlog.get_logger(__name__)
@@ -108,6 +109,8 @@ class ArbiterActor(ContractActor):
         only this actor restarted, the turn actor is still running the turn, so wait for it."""
         assert self.store is not None and self.settings is not None
         if msg.fresh:
+            if msg.transport == "console":
+                self._forget_earlier_console_session()
             again = self.store.reoffer_inbox()
             if again:
                 log.warning("turns_cut_short_reoffered", messages=again)
@@ -124,6 +127,24 @@ class ArbiterActor(ContractActor):
             lim = self.settings.limits
             self.recovered_until = time.time() + lim.turn_timeout_s + lim.kill_grace_s + 5
             log.warning("turn_in_flight_adopted", turn_id=turn_id)
+
+    def _forget_earlier_console_session(self) -> None:
+        assert self.store is not None
+        gone = left_behind(self.store.unanswered_inbox(), CONSOLE_CHAT)
+        if not gone:
+            return
+        self.store.abandon_inbox([item_id for item_id, _ in gone], time.time())
+        log.warning("console_input_left_behind", messages=len(gone))
+        said = ", ".join(repr(text[:60]) for _, text in gone[:3])
+        more = f" and {len(gone) - 3} more" if len(gone) > 3 else ""
+        self.send(
+            self.peers["transport"],
+            Reply(
+                CONSOLE_CHAT,
+                f"(An earlier session ended before I answered {said}{more}; I won't answer "
+                "that out of context now. Ask again if you still want it.)",
+            ),
+        )
 
     def receiveMsg_PeerRestarted(self, msg: PeerRestarted, sender: ActorAddress) -> None:
         if msg.role == "turn" and self.busy is not None:

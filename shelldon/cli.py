@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from shelldon import __version__
-from shelldon.config import IN_PROCESS_BASE, ConfigError, Settings, load_settings
+from shelldon.config import IN_PROCESS_BASE, ConfigError, Settings, default_home, load_settings
 from shelldon.home import make_private_dir, prepare_home
 
 INTERRUPTED = 130
@@ -192,35 +193,127 @@ def cmd_tools(args: argparse.Namespace) -> int:
     return run_tools(settings, request, sys.stdin, sys.stdout, sys.stderr)
 
 
-def _add_tools_parser(sub: Any) -> None:
-    tools = sub.add_parser("tools", help="list, show, restore, export or import self-coded tools")
+EXIT_STATUSES = (
+    (0, "ok"),
+    (1, "runtime failure"),
+    (2, "usage or config error"),
+    (78, "configuration that cannot work (no bot token, no API key)"),
+    (INTERRUPTED, "interrupted (Ctrl-C)"),
+)
+"""Every exit status of every command (README "Exit statuses")."""
+
+CONFIG_HELP = "config file (default: $SHELLDON_CONFIG, else <home>/config.toml)"
+
+
+def _where(environ: Mapping[str, str]) -> str:
+    """The home and config a command would use now, for its --help."""
+    home = default_home(environ)
+    raw = environ.get("SHELLDON_CONFIG")
+    config = Path(raw).expanduser() if raw else home / "config.toml"
+    found = "" if config.exists() else " (not there: defaults in use)"
+    return (
+        f"home:   {home}  ($SHELLDON_HOME, else ~/.shelldon)\n"
+        f"config: {config}{found}\n"
+        "        (--config FILE, else $SHELLDON_CONFIG, else <home>/config.toml)"
+    )
+
+
+def _epilog(environ: Mapping[str, str], statuses: Sequence[int], where: bool = True) -> str:
+    meaning = dict(EXIT_STATUSES)
+    lines = [_where(environ), ""] if where else []
+    lines.append("exit status:")
+    lines += [f"  {n:<4} {meaning[n]}" for n in statuses]
+    return "\n".join(lines)
+
+
+def _command(
+    sub: Any,
+    name: str,
+    summary: str,
+    description: str,
+    statuses: Sequence[int],
+    environ: Mapping[str, str],
+    *,
+    where: bool = True,
+) -> argparse.ArgumentParser:
+    """A subcommand whose --help says what it does, what it reads and how it exits; it takes
+    --config after its name too (``shelldon run --config FILE``)."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=summary,
+        description=textwrap.fill(description, 79),
+        epilog=_epilog(environ, statuses, where),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    # SUPPRESS: given before the command, the value is not reset here when absent after it.
+    parser.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS, help=CONFIG_HELP)
+    return parser
+
+
+def _add_tools_parser(sub: Any, environ: Mapping[str, str]) -> None:
+    tools = _command(
+        sub,
+        "tools",
+        "list, show, restore, export or import self-coded tools",
+        "Self-coded tools at the terminal, without the service: list them (the default), show "
+        "one, restore one from quarantine, export the live ones, import an archive (each tool "
+        "gated again and asked for).",
+        (0, 1, 2),
+        environ,
+    )
     actions = tools.add_subparsers(dest="tools_command", metavar="ACTION")
-    actions.add_parser("list", help="live, staged and quarantined tools with strikes (default)")
-    show = actions.add_parser("show", help="a tool's description, schema, hash, strikes, code")
+    epilog = _epilog(environ, (0, 1, 2))
+
+    def action(name: str, summary: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = actions.add_parser(
+            name,
+            help=summary,
+            description=summary[:1].upper() + summary[1:] + ".",
+            epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        parser.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS, help=CONFIG_HELP)
+        return parser
+
+    action("list", "live, staged and quarantined tools with strikes (the default)")
+    show = action("show", "a tool's description, schema, hash, strikes and code")
     show.add_argument("name", metavar="NAME")
-    restore = actions.add_parser("restore", help="bring a quarantined tool back, strikes reset")
+    restore = action("restore", "bring a quarantined tool back, strikes reset (audited)")
     restore.add_argument("name", metavar="NAME")
-    export = actions.add_parser("export", help="write the live tools and their tests to FILE")
+    export = action("export", "write the live tools and their tests to FILE (tar.gz)")
     export.add_argument("file", metavar="FILE", help="the archive to write (tar.gz)")
     export.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
-    imp = actions.add_parser("import", help="gate each tool in FILE and ask before adding it")
+    imp = action("import", "gate each tool in FILE and ask before adding it")
     imp.add_argument("file", metavar="FILE", help="an archive made by 'shelldon tools export'")
     imp.add_argument("--yes", action="store_true", help="add every tool whose gate passes")
     imp.add_argument("--replace", action="store_true", help="replace live tools of the same name")
     tools.set_defaults(func=cmd_tools)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (kept separate so tests can inspect it)."""
+def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser (kept separate so tests can inspect it); each command's --help
+    names the home and config it would use under ``environ``."""
+    env = os.environ if environ is None else environ
     parser = argparse.ArgumentParser(
-        prog="shelldon", description="A self-coding pet agent for one owner."
+        prog="shelldon",
+        description="A self-coding pet agent for one owner. --config FILE may be given before "
+        "or after the command.",
+        epilog=_epilog(env, [n for n, _ in EXIT_STATUSES]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"shelldon {__version__}")
-    parser.add_argument(
-        "--config", help="config file (default: $SHELLDON_CONFIG or <home>/config.toml)"
-    )
+    parser.add_argument("--config", metavar="FILE", help=CONFIG_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    doctor = sub.add_parser("doctor", help="check config, secrets, sandbox, limits")
+    doctor = _command(
+        sub,
+        "doctor",
+        "check config, secrets, the gate, sandbox, limits, the unit",
+        "Check everything the pet needs, one line each, without showing any secret: config, "
+        "home, secrets found, the bot token's shape, allowed users, the sandbox layers, "
+        "RLIMITs, the gate (a built-in sample tool gated end to end), memory, the unit.",
+        (0, 1, 2),
+        env,
+    )
     doctor.add_argument(
         "--for",
         dest="purpose",
@@ -229,13 +322,42 @@ def build_parser() -> argparse.ArgumentParser:
         "config file exists) or for `chat`",
     )
     doctor.set_defaults(func=cmd_doctor)
-    sub.add_parser("run", help="run the service (Telegram)").set_defaults(func=cmd_run)
-    sub.add_parser("chat", help="chat in this terminal").set_defaults(func=cmd_chat)
-    demo = sub.add_parser("demo", help="an offline self-coding story on the scripted brain")
+    _command(
+        sub,
+        "run",
+        "run the service (Telegram)",
+        "The service: every actor in this process, workers forked by a zygote, the Telegram "
+        "transport. Refuses at once (78) without a usable bot token or API key; stops "
+        "cleanly within 5 s on SIGTERM (0) or Ctrl-C (130). Logs JSON lines on stdout.",
+        (0, 1, 2, 78, INTERRUPTED),
+        env,
+    ).set_defaults(func=cmd_run)
+    _command(
+        sub,
+        "chat",
+        "chat in this terminal",
+        "The same runtime with this terminal as the transport: type a message, answer "
+        "approvals at [y/N]; Ctrl-D ends the session. History goes to the same store; logs go "
+        "to <home>/logs/shelldon.jsonl.",
+        (0, 1, 2, 78, INTERRUPTED),
+        env,
+    ).set_defaults(func=cmd_chat)
+    demo = _command(
+        sub,
+        "demo",
+        "an offline self-coding story on the scripted brain",
+        "An offline story through the real runtime: a FREE tool, a RISKY call you approve, a "
+        "tool the brain writes, gated by real pytest and promoted, then used. It runs in a "
+        "home of its own (a fresh temporary one unless --home), with a config of its own: "
+        "--config is refused. Ends at the first no, gate failure or overdue step (1).",
+        (0, 1, 2, INTERRUPTED),
+        env,
+        where=False,
+    )
     demo.add_argument("--yes", action="store_true", help="answer every approval with yes")
     demo.add_argument("--home", help="home for the demo (default: a fresh temporary one)")
     demo.set_defaults(func=cmd_demo)
-    _add_tools_parser(sub)
+    _add_tools_parser(sub, env)
     return parser
 
 
@@ -250,6 +372,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if args.command == "demo" and args.config is not None:
+        parser.error("demo: --config is not used: the demo writes a config of its own")
     try:
         return int(args.func(args))
     except ConfigError as exc:

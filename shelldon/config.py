@@ -11,6 +11,7 @@ Secrets never live in ``Settings``: see ``shelldon.secrets``.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import tomllib
 from collections.abc import Mapping
@@ -250,6 +251,38 @@ def _validate(s: Settings) -> None:
         raise ConfigError("limits.kill_grace_s", "must be >= 0")
 
 
+NOT_SETTINGS = frozenset({"SHELLDON_HOME", "SHELLDON_CONFIG", "SHELLDON_LOGGING"})
+"""``SHELLDON_`` variables that are read but are not ``SHELLDON_<SECTION>_<KEY>`` overrides."""
+
+
+def _check_override_names(environ: Mapping[str, str]) -> None:
+    """Refuse a ``SHELLDON_<SECTION>_<KEY>`` that names no setting, as a typo in the config file
+    is refused: a misspelt override must not be silently ignored. Variables whose first part is
+    no section nor close to one (``SHELLDON_HOME``, a test's own) are not overrides."""
+    for var in environ:
+        if not var.startswith("SHELLDON_") or var in NOT_SETTINGS:
+            continue
+        section, _, key = var.removeprefix("SHELLDON_").lower().partition("_")
+        if section in _SECTIONS:
+            keys = [f.name for f in dataclasses.fields(_SECTIONS[section])]
+            if key not in keys:
+                near = difflib.get_close_matches(key, keys, n=1)
+                hint = (
+                    f"did you mean SHELLDON_{section.upper()}_{near[0].upper()}? " if near else ""
+                )
+                raise ConfigError(
+                    var, f"no such setting {section}.{key}; {hint}(known: {', '.join(keys)})"
+                )
+            continue
+        near = difflib.get_close_matches(section, _SECTIONS, n=1, cutoff=0.75)
+        if near:
+            raise ConfigError(
+                var,
+                f"no such section {section!r}: did you mean SHELLDON_{near[0].upper()}_"
+                f"{key.upper()}?",
+            )
+
+
 def load_settings(
     path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
 ) -> Settings:
@@ -275,6 +308,7 @@ def load_settings(
             raise ConfigError(name, f"unknown section (known: {', '.join(_SECTIONS)})")
         if not isinstance(data[name], dict):
             raise ConfigError(name, "must be a table ([section])")
+    _check_override_names(env)
     sections = {name: _build_section(name, data.get(name, {}), env) for name in _SECTIONS}
     settings = Settings(home=home, config_path=config_path, **sections)
     _validate(settings)

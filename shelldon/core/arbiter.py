@@ -69,6 +69,25 @@ def plan_inbox(rows: list[tuple[int, bytes]], *, busy: bool, max_queue: int) -> 
     return plan
 
 
+def left_behind(rows: list[tuple[int, bytes]], chat_id: int) -> list[tuple[int, str]]:
+    """Events of ``chat_id`` that an earlier session left unanswered, ``(item_id, what)``.
+
+    A console session that ended mid-turn (Ctrl-C, a crash) leaves its typed lines here; the
+    owner has left that conversation, so the next session must not answer them out of context
+    (a Telegram chat is still there: its events are answered after a restart)."""
+    found = []
+    for item_id, blob in rows:
+        try:
+            event = decode(blob)
+        except ContractError:
+            continue  # plan_inbox drops it, logged
+        if isinstance(event, InboundMessage) and event.chat_id == chat_id:
+            found.append((item_id, event.text))
+        elif isinstance(event, Decision) and event.chat_id == chat_id:
+            found.append((item_id, "yes" if event.approved else "no"))
+    return found
+
+
 def budget_day(now: float) -> str:
     """The budget's day key (UTC date) for epoch seconds ``now``."""
     return dt.datetime.fromtimestamp(now, dt.UTC).date().isoformat()

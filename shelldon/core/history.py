@@ -493,6 +493,22 @@ class Store:
         ).fetchall()
         return [(r[0], r[1], bytes(r[2])) for r in rows]
 
+    def unanswered_inbox(self) -> list[tuple[int, bytes]]:
+        """Events not answered yet, taken by a turn or not: ``(id, blob)``, oldest first."""
+        rows = self._db.execute(
+            "SELECT id, blob FROM inbox WHERE done_at IS NULL ORDER BY id"
+        ).fetchall()
+        return [(r[0], bytes(r[1])) for r in rows]
+
+    def abandon_inbox(self, item_ids: list[int], now: float) -> None:
+        """Close events that will never be answered (taken and done now)."""
+        with self._write(durable=True) as db:
+            db.executemany(
+                "UPDATE inbox SET taken_at = COALESCE(taken_at, ?), done_at = ? "
+                "WHERE id = ? AND done_at IS NULL",
+                [(now, now, item_id) for item_id in item_ids],
+            )
+
     def reoffer_inbox(self) -> int:
         """Put events whose turn never ended back in the inbox (after a crash); how many."""
         with self._write(durable=True) as db:

@@ -125,3 +125,30 @@ def test_cli_exits_2_with_one_line_and_no_traceback(tmp_path: Path) -> None:
     assert len(lines) == 1, proc.stderr
     assert "limits.strike_threshold" in lines[0]
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("var", "says"),
+    [
+        ("SHELLDON_BRAIN_PROVDER", "did you mean SHELLDON_BRAIN_PROVIDER?"),
+        ("SHELLDON_LIMITS_TURN_TIMEOUT", "did you mean SHELLDON_LIMITS_TURN_TIMEOUT_S?"),
+        ("SHELLDON_TELEGRAM_TOKEN", "no such setting telegram.token"),
+        ("SHELLDON_BRAINN_PROVIDER", "no such section 'brainn': did you mean SHELLDON_BRAIN_"),
+        ("SHELLDON_SANDBX_MODE", "did you mean SHELLDON_SANDBOX_MODE?"),
+    ],
+)
+def test_a_misspelt_environment_override_is_refused_like_a_config_typo(
+    tmp_path: Path, var: str, says: str
+) -> None:
+    with pytest.raises(ConfigError, match=var) as caught:
+        load_settings(environ={"SHELLDON_HOME": str(tmp_path), var: "x"})
+    assert says in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "var", ["SHELLDON_HOME", "SHELLDON_CONFIG", "SHELLDON_LOGGING", "SHELLDON_SYSTEM_TESTS"]
+)
+def test_variables_that_are_not_overrides_are_left_alone(tmp_path: Path, var: str) -> None:
+    write(tmp_path / "x", "")
+    env = {"SHELLDON_HOME": str(tmp_path), var: str(tmp_path / "x")}
+    assert load_settings(environ=env).brain.provider == "scripted"  # read, nothing refused
