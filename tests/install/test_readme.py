@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import warnings
 from pathlib import Path
 
 import pytest
@@ -84,12 +83,12 @@ def test_a_venv_without_pytest_does_not_pass_the_demo(
     )
     ended = run.how_it_ended()
     record_property("demo_without_pytest", ended)
-    assert run.returncode != 0, f"the demo passed without pytest ({ended})\n{run.transcript()}"
     # The same checks as the README test's would have failed it.
     assert story_problems(run), f"{ended}, yet the story looks whole\n{run.transcript()}"
-    if run.timed_out:
-        warnings.warn(
-            f"shelldon demo without pytest: {ended} instead of exiting non-zero",
-            stacklevel=1,
-        )
+    # And the demo says so at once, plainly, and ends (it used to wait forever).
+    assert not run.timed_out, f"the demo without pytest hung: {ended}\n{run.transcript()}"
+    assert run.returncode == 1, f"{ended}\n{run.transcript()}"
+    assert f"pytest is not installed for {venv / 'bin' / 'python'}" in run.stdout, run.transcript()
+    last = run.stdout.rstrip("\n").rsplit("\n", 1)[-1]
+    assert last.startswith("shelldon: the demo stopped at step 3: the tool I wrote did not pass")
     shutil.rmtree(venv, ignore_errors=True)
