@@ -209,9 +209,10 @@ def test_an_approved_fork_bomb_is_bounded_and_leaves_nothing_behind(pet: Pet) ->
     )
     assert where(left) == where(idle), describe_pids(left)
     assert after["MainPID"] == before["MainPID"] and after["NRestarts"] == before["NRestarts"]
-    # It did explode, and never held more than a turn's pids.max (64, the worker included)
-    # beside the idle processes (the spare waits in a turn cgroup of its own).
-    assert peak["turns"] >= 32, peak
+    # It did explode (forks past the limit were refused), and never held more than a turn's
+    # pids.max (64, the worker included) beside the idle processes (the spare waits in a turn
+    # cgroup of its own).
+    assert any("Cannot fork" in r for r in results), results
     assert peak["turns"] <= where(idle)["turns"] + 64, peak
     assert peak["unit"] <= sum(where(idle).values()) + 64, peak
     pet.turn("are you still fine?", "Fine after the fork bomb.")
