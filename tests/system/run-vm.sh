@@ -34,7 +34,7 @@ VM=$(dirname "$REPO")/shared/vm
 [ -x "$VM/build.sh" ] && [ -x "$VM/run.sh" ] || { echo "run-vm.sh: no shared/vm/build.sh beside $REPO nor in /work/shared" >&2; exit 2; }
 W=${SHELLDON_VM_WORKDIR:-/var/tmp/shelldon-vm}
 
-head_commit=$(git -C "$REPO" rev-parse HEAD)
+head_commit=$(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)
 image_commit=$(git -C "$W/root/root/shelldon" rev-parse HEAD 2>/dev/null || echo none)
 if [ -n "$(git -C "$REPO" status --porcelain --untracked-files=no -- tests/system)" ]; then
   echo "run-vm.sh: note: uncommitted changes in tests/system are not in the VM (commit first)"

@@ -166,7 +166,7 @@ def test_an_approved_fork_bomb_is_bounded_and_leaves_nothing_behind(pet: Pet) ->
     asked = len(pet.brain.requests)
     # The shell stays (exec, no fork needed) while the bomb grows: its end does not end the bomb
     # early, and every fork past the turn's pids.max fails.
-    bomb = "bomb() { bomb | bomb & }; bomb; exec sleep 15"
+    bomb = "bomb() { bomb | bomb & }; bomb; exec sleep 8"
     pet.brain.reply_tool_calls(("run_shell", {"command": bomb}))
     pet.brain.reply_text("The shell command finished.")
     mark = pet.bot.say("run this shell function for me")
