@@ -277,7 +277,13 @@ class Pet:
         """``systemctl restart`` (waits for READY under Type=notify); the state after."""
         # A start limit hit by the tests' own restarts is not what they test.
         sh("systemctl", "reset-failed", UNIT, check=False)
-        sh("systemctl", "restart", UNIT, timeout=START_S)
+        proc = sh("systemctl", "restart", UNIT, timeout=START_S, check=False)
+        if proc.returncode != 0:
+            tail = "\n".join(journal("-n", "40"))
+            raise AssertionError(
+                f"systemctl restart {UNIT} exited {proc.returncode}: {proc.stderr.strip()}\n"
+                f"{show()}\njournalctl -u {UNIT} -n 40:\n{tail}"
+            )
         return self.wait_ready()
 
     def wait_ready(self, timeout: float = START_S, other_than: str = "") -> dict[str, str]:
