@@ -11,6 +11,12 @@ Thespian's own messages (``ActorExitRequest``, ``ChildActorExited``, ``WakeupMes
 ``WatchMessage``, ``PoisonMessage``…) need no annotation. Any other message is logged and
 dropped. A handler that raises is logged with context (actor, message type, turn_id) and never
 re-raised: Thespian would deliver the same message again and repeat the handler's side effects.
+
+Let it crash: after a handler raised, the actor's state is suspect, so it stops — it asks itself
+to exit, handles no other message meanwhile (each is logged and dropped), and its parent (the
+supervisor) gets ``ChildActorExited`` and starts a fresh instance whose state is rebuilt from
+sqlite, as it would after the actor's process died. An actor that must never stop this way (the
+supervisor itself) sets ``crash_on_error = False``.
 File descriptors passed to ``watch`` are handed to Thespian after every message (``ThespianWatch``)
 until ``unwatch``: a ``WatchMessage`` arrives when one is readable.
 """
@@ -26,13 +32,14 @@ from thespian import actors as thespian_actors
 from thespian.actors import (
     Actor,
     ActorAddress,
+    ActorExitRequest,
     ActorSystemMessage,
     DeadEnvelope,
     PoisonMessage,
     ThespianWatch,
 )
 
-from actors import hardening
+from actors.messages import Crash
 
 log = structlog.get_logger(__name__)
 
@@ -85,6 +92,7 @@ class ContractActor(Actor):  # type: ignore[misc]
     """
 
     accepted: ClassVar[dict[type, str]] = {}
+    crash_on_error: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -99,10 +107,10 @@ class ContractActor(Actor):  # type: ignore[misc]
         super().__init__()
         self._watched: list[int] = []
         self._handler_cache: dict[type, str | None] = {}
-        # In one process with other actors (the in-process base), each message names its actor.
-        self._shares_process = not hardening.in_actor_process()
-        if not self._shares_process:
-            _configure_actor_logging(type(self).__name__)
+        self._crashed = False
+
+    def receiveMsg_Crash(self, msg: Crash, sender: ActorAddress) -> None:
+        raise RuntimeError(msg.why)
 
     def watch(self, fd: int) -> None:
         """Wake this actor with a ``WatchMessage`` whenever ``fd`` is readable."""
@@ -123,15 +131,23 @@ class ContractActor(Actor):  # type: ignore[misc]
 
     def receiveMessage(self, message: Any, sender: ActorAddress) -> ThespianWatch | None:
         """The door: route a declared message to its handler, log and drop anything else."""
+        if self._crashed and not isinstance(message, ActorExitRequest):
+            log.warning(
+                "message_to_crashed_actor",
+                actor=type(self).__name__,
+                message_type=type(message).__qualname__,
+            )
+            return None
         name = self._handler_name(type(message))
         result: Any = None
         if name is None:
             self._refuse(message, sender)
         else:
             turn_id = getattr(message, "turn_id", None)
-            context = {"turn_id": turn_id} if turn_id is not None else {}
-            if self._shares_process:
-                context["actor"] = type(self).__name__
+            # Every actor shares the service's process: each message names its actor.
+            context = {"actor": type(self).__name__}
+            if turn_id is not None:
+                context["turn_id"] = turn_id
             with structlog.contextvars.bound_contextvars(**context):
                 try:
                     result = getattr(self, name)(message, sender)
@@ -140,7 +156,12 @@ class ContractActor(Actor):  # type: ignore[misc]
                         "handler_failed",
                         actor=type(self).__name__,
                         message_type=type(message).__qualname__,
+                        crashes=self.crash_on_error,
                     )
+                    if self.crash_on_error and not isinstance(message, ActorExitRequest):
+                        self._crashed = True
+                        self.send(self.myAddress, ActorExitRequest())
+                        return None
         if isinstance(result, ThespianWatch):
             return result
         return ThespianWatch(list(self._watched)) if self._watched else None
@@ -159,17 +180,3 @@ class ContractActor(Actor):  # type: ignore[misc]
                 sender=str(sender),
                 why="not a message class this actor declares",
             )
-
-
-def _configure_actor_logging(actor: str) -> None:
-    """JSON lines with ``actor`` bound, via shelldon's log setup (plain binding if it is absent)."""
-    try:
-        from shelldon.logs import configure_logging
-    except ImportError:
-        structlog.contextvars.bind_contextvars(actor=actor)
-        return
-    try:
-        configure_logging(actor=actor)
-    except ValueError:
-        log.exception("logging_config_unusable", actor=actor)
-        structlog.contextvars.bind_contextvars(actor=actor)

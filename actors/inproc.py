@@ -8,8 +8,9 @@ inside ``ask``/``tell``/``listen``, sleeps through its wake-ups, and has no ``Th
 ``Driver`` supplies the missing loop. Each ``step`` delivers every pending message and due
 wake-up, then ``poll``s the descriptors the actors watch, the descriptors the owner of the loop
 added (``add_reader``) and a wake pipe, sleeping no longer than the next wake-up. An actor
-watches as on multiprocTCPBase, by returning ``ThespianWatch(fds)`` from ``receiveMessage``
-(the list holds until its next message); a readable descriptor becomes a ``WatchMessage``.
+watches as on Thespian's multiprocess bases, by returning ``ThespianWatch(fds)`` from
+``receiveMessage`` (the list holds until its next message); a readable descriptor becomes a
+``WatchMessage``.
 Other threads never touch the actor system: ``call`` runs a function on the loop's thread and
 hands back its result.
 

@@ -247,3 +247,12 @@ class Status:
 class TransportPolling:
     """Transport → supervisor: the transport is taking updates (Telegram: past its first
     round trip, command registration; console: session open)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Crash:
+    """A supervision drill: the actor that gets it raises, as a bug in one of its handlers
+    would, and so stops and is restarted (tests of "let it crash"; only the actors' own
+    process can send it)."""
+
+    why: str = "supervision drill"

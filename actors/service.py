@@ -1,12 +1,10 @@
-"""Run the service: harden and start the actor system, boot the supervisor, wait for a stop
+"""Run the service: start the actor system, boot the supervisor, drive the actors until a stop
 signal (or the end of a console session, or a fatal error), and stop everything within 5 s."""
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
-import select
 import signal
 import sys
 import time
@@ -15,11 +13,10 @@ from typing import Any
 
 import structlog
 
-from actors.hardening import TRUSTED
 from actors.inproc import Driver
 from actors.messages import CONSOLE_DONE, Boot, Ping, Status
 from actors.system import start_actor_system, stop_actor_system
-from shelldon.config import IN_PROCESS_BASE, Settings
+from shelldon.config import Settings
 from shelldon.sdnotify import Notifier
 
 log = structlog.get_logger(__name__)
@@ -39,14 +36,6 @@ class Console:
     done_w: int
 
 
-def trust_runtime_classes() -> None:
-    """Let the settings (and the paths in them) travel in Wire/Boot messages."""
-    import pathlib
-
-    TRUSTED.trust_module("shelldon.config")
-    TRUSTED.trust_class(pathlib.PosixPath)
-
-
 def run_service(
     settings: Settings,
     *,
@@ -57,14 +46,14 @@ def run_service(
     zygote: Any = None,
 ) -> int:
     """Run until SIGTERM/SIGINT, the console session ends, or a fatal error; return the exit
-    status (0 on a clean stop).
+    status (0 on a clean stop, 130 after Ctrl-C).
 
-    On the in-process base every worker is forked by ``zygote`` (started here if the caller did
-    not: it must leave before the transport and the broker read their secrets) and stopped here.
+    Every worker is forked by ``zygote`` (started here if the caller did not: it must leave
+    before the transport and the broker read their secrets) and stopped here.
     """
     from actors.turn import use_zygote
 
-    if settings.actors.base == IN_PROCESS_BASE and zygote is None:
+    if zygote is None:
         from shelldon.worker.zygote import Zygote
 
         zygote = Zygote.start(settings)
@@ -89,7 +78,6 @@ def _serve(
     # Before the actor system forks: only this process speaks to systemd.
     notifier = Notifier.from_environ()
     notifier.status("starting the actors")
-    trust_runtime_classes()
     settings.home.mkdir(parents=True, exist_ok=True)
     settings.workspace.mkdir(parents=True, exist_ok=True)
     from shelldon.core import sandbox
@@ -111,17 +99,16 @@ def _serve(
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     started = time.monotonic()
     if transport == "telegram":
-        # Imported once here, the HTTP stack is shared by the transport and the broker
-        # instead of being a private copy in each (multiprocess base).
+        # Imported before the freeze below, with the rest of what the actors use.
         import shelldon.transport.telegram_link  # noqa: F401
-    # Objects that exist now are never collected again: a collection in each forked process
-    # would otherwise touch (and copy) every page holding them.
+    # Objects that exist now are never collected again: a collection would otherwise touch
+    # (and copy) every page the zygote still shares with this process.
     gc.collect()
     gc.freeze()
-    running = start_actor_system(admin_port=settings.actors.admin_port, base=settings.actors.base)
-    driver = Driver(running.system) if running.base == IN_PROCESS_BASE else None
+    running = start_actor_system()
+    driver = Driver(running.system)
     # A stop signal must end the driver's sleep at once, not at its next wake-up.
-    wakeup_fd = signal.set_wakeup_fd(driver.wake_fd()) if driver is not None else -1
+    wakeup_fd = signal.set_wakeup_fd(driver.wake_fd())
     supervisor = None
     status = 1
     try:
@@ -129,27 +116,20 @@ def _serve(
         supervisor = asys.createActor(SupervisorActor)
         fds = (console.in_fd, console.out_fd, console.done_w) if console else ()
         boot = Boot(settings, transport, fds, story, auto_yes)
-        reply = ask(driver, asys, supervisor, boot)
+        reply = ask(driver, supervisor, boot)
         if not isinstance(reply, Status) or not reply.ready:
             log.error("service_not_ready", reply=repr(reply))
             return 1
-        if console is not None and driver is None:
-            # The transport's process has its copy; in one process the copy is the transport's.
-            os.close(console.done_w)
         log.info(
-            "service_ready",
-            ms=round((time.monotonic() - started) * 1000, 1),
-            transport=transport,
-            base=running.base,
+            "service_ready", ms=round((time.monotonic() - started) * 1000, 1), transport=transport
         )
         notifier.status("waiting for the transport")
-        status = _wait(asys, supervisor, console, stop, notifier, driver)
+        status = _wait(driver, supervisor, console, stop, notifier)
     finally:
         notifier.stopping("stopping")
-        if driver is not None:
-            driver.shutdown(supervisor)
-            signal.set_wakeup_fd(wakeup_fd)
-            driver.close()
+        driver.shutdown(supervisor)
+        signal.set_wakeup_fd(wakeup_fd)
+        driver.close()
         stop_actor_system(running)
         notifier.close()
         for signum, handler in previous.items():
@@ -157,11 +137,9 @@ def _serve(
     return status
 
 
-def ask(driver: Driver | None, asys: Any, address: Any, message: Any) -> Any:
-    """Ask an actor and wait for its answer (through the loop on the in-process base)."""
-    if driver is not None:
-        return driver.ask(address, message, ASK_TIMEOUT_S)
-    return asys.ask(address, message, ASK_TIMEOUT_S)
+def ask(driver: Driver, address: Any, message: Any) -> Any:
+    """Ask an actor and wait for its answer, the loop running meanwhile."""
+    return driver.ask(address, message, ASK_TIMEOUT_S)
 
 
 def health_every_s(watchdog_s: float | None) -> float:
@@ -173,12 +151,11 @@ def health_every_s(watchdog_s: float | None) -> float:
 
 
 def _wait(
-    asys: Any,
+    driver: Driver,
     supervisor: Any,
     console: Console | None,
     stop: dict[str, int],
     notifier: Notifier,
-    driver: Driver | None = None,
 ) -> int:
     every = health_every_s(notifier.watchdog_s)
     polling = False
@@ -189,31 +166,22 @@ def _wait(
         assert console is not None
         done["console"] = console_status(os.read(console.done_r, 16))
 
-    if driver is not None and console is not None:
+    if console is not None:
         driver.add_reader(console.done_r, console_done)
     while not stop["signal"]:
-        tick = min(0.2, every)
-        if driver is not None:
-            # The actors run here, in this thread, until it is time for a health check.
-            until = time.monotonic() + (every if polling else tick)
-            while not stop["signal"] and done["console"] is None and time.monotonic() < until:
-                driver.step(max(0.0, until - time.monotonic()))
-            if done["console"] is not None:
-                return done["console"]
-            if stop["signal"]:
-                break
-        elif console is not None:
-            with contextlib.suppress(InterruptedError):
-                ready, _, _ = select.select([console.done_r], [], [], tick)
-                if ready:
-                    return console_status(os.read(console.done_r, 16))
-        else:
-            time.sleep(tick)
+        # The actors run here, in this thread, until it is time for a health check.
+        until = time.monotonic() + (every if polling else min(0.2, every))
+        while not stop["signal"] and done["console"] is None and time.monotonic() < until:
+            driver.step(max(0.0, until - time.monotonic()))
+        if done["console"] is not None:
+            return done["console"]
+        if stop["signal"]:
+            break
         # Until the transport polls, ask every tick: READY=1 should follow it closely.
         if polling and time.monotonic() < next_health:
             continue
         next_health = time.monotonic() + every
-        status = ask(driver, asys, supervisor, Ping())
+        status = ask(driver, supervisor, Ping())
         if isinstance(status, Status) and status.fatal:
             log.error("service_stopping_fatal", reason=status.fatal)
             return status.exit_status or 1

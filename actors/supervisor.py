@@ -34,7 +34,7 @@ from shelldon.core.selfcode import SelfCode, SelfCodeError
 
 log = structlog.get_logger(__name__)
 
-ROLES: dict[str, type] = {
+ROLES: dict[str, type[ContractActor]] = {
     "broker": BrokerActor,
     "turn": TurnActor,
     "approvals": ApprovalStoreActor,
@@ -49,7 +49,11 @@ MAX_BACKOFF_S = 30.0
 
 
 class SupervisorActor(ContractActor):
-    """Root of the tree; holds the policy."""
+    """Root of the tree; holds the policy. It does not crash itself on a handler's error: it
+    is what restarts the others (its own failures are logged; a wedged supervisor stops the
+    watchdog and systemd restarts the service)."""
+
+    crash_on_error = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -131,8 +135,9 @@ class SupervisorActor(ContractActor):
         role = payload[1]
         self.children[role] = self.createActor(ROLES[role])
         self._wire_all(fresh=False)
-        for address in self.children.values():
-            self.send(address, PeerRestarted(role))
+        for peer, address in self.children.items():
+            if PeerRestarted in ROLES[peer].accepted:  # only those that act on it
+                self.send(address, PeerRestarted(role))
         log.warning("actor_restarted", role=role)
 
     def receiveMsg_QuarantineDue(self, msg: QuarantineDue, sender: ActorAddress) -> None:

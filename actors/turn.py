@@ -5,7 +5,6 @@ imports no provider SDK, so a fork from it is cheap."""
 from __future__ import annotations
 
 import datetime as dt
-import os
 import time
 from typing import Any
 
@@ -13,7 +12,6 @@ import structlog
 from thespian.actors import ActorAddress, ActorExitRequest, WakeupMessage, WatchMessage
 
 from actors.base import ContractActor
-from actors.hardening import forget_wire_key, in_actor_process
 from actors.messages import Fatal, JobAnswer, StartResume, StartTurn, TurnEnded, Typing, Wire
 from shelldon.config import Settings
 from shelldon.contracts import Result, ResumeRequest, TurnRequest
@@ -26,8 +24,7 @@ from shelldon.core.turnwatch import (
     max_model_calls,
 )
 from shelldon.worker.channel import FrameError
-from shelldon.worker.spawn import SpawnError, WorkerHandle, spawn_resume, spawn_turn
-from shelldon.worker.tools import context_from_settings, selfcoded
+from shelldon.worker.spawn import SpawnError, WorkerHandle
 
 log = structlog.get_logger(__name__)
 
@@ -40,8 +37,8 @@ _zygote: Any = None
 def use_zygote(zygote: Any) -> None:
     """Fork every worker through ``zygote`` (a ``shelldon.worker.zygote.Zygote``).
 
-    The in-process base needs it: there the TurnActor shares its process with the transport
-    and the broker, whose memory holds credentials a forked worker must never inherit.
+    The TurnActor shares its process with the transport and the broker, whose memory holds
+    credentials a forked worker must never inherit: it never forks itself.
     """
     global _zygote  # noqa: PLW0603 - one per service process, set before the actors start
     _zygote = zygote
@@ -54,8 +51,6 @@ class TurnActor(ContractActor):
         super().__init__()
         # Every fork of this process is a worker that runs model-written code: it must not
         # keep the key that seals actor messages (it could forge them).
-        if in_actor_process():
-            os.register_at_fork(after_in_child=forget_wire_key)
         self.settings: Settings | None = None
         self.peers: dict[str, Any] = {}
         self.handle: WorkerHandle | None = None
@@ -78,21 +73,16 @@ class TurnActor(ContractActor):
         self._start(req.turn_id, req.chat_id, "owner", req)
 
     def _spawn(self, request: TurnRequest | ResumeRequest, settings: Settings) -> WorkerHandle:
-        """A worker for ``request``: through the zygote if there is one, else forked here."""
-        resume = isinstance(request, ResumeRequest)
+        """A worker for ``request``, forked by the zygote (this process holds the transport's
+        and the broker's secrets: it never forks)."""
         zygote = _zygote
-        if zygote is not None:
-            spawned: WorkerHandle = (zygote.spawn_resume if resume else zygote.spawn_turn)(request)
-            return spawned
-        if not in_actor_process():
-            # This process holds the transport's and the broker's secrets: never fork here.
-            raise SpawnError("in-process base without a zygote: this process never forks")
-        # Discover live self-coded tools here, before the fork: the worker inherits the result
-        # and re-reads nothing unless the toolbox changed (the zygote does the same).
-        selfcoded.discover(context_from_settings(settings))
-        if isinstance(request, ResumeRequest):  # (spelled out for the type checker)
-            return spawn_resume(request, settings)
-        return spawn_turn(request, settings)
+        if zygote is None:
+            raise SpawnError("no zygote to fork the worker: this process never forks")
+        if isinstance(request, ResumeRequest):
+            resumed: WorkerHandle = zygote.spawn_resume(request)
+            return resumed
+        spawned: WorkerHandle = zygote.spawn_turn(request)
+        return spawned
 
     def _start(
         self, turn_id: str, chat_id: int, source: str, request: TurnRequest | ResumeRequest

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from shelldon import __version__
-from shelldon.config import IN_PROCESS_BASE, ConfigError, Settings, default_home, load_settings
+from shelldon.config import ConfigError, Settings, default_home, load_settings
 from shelldon.home import make_private_dir, prepare_home
 
 INTERRUPTED = 130
@@ -51,7 +51,7 @@ def _logs_to_file(settings: Settings) -> Path:
 
 
 def _start(settings: Settings, actor: str) -> Any:
-    """Logging, the worker zygote (in-process base), then secrets; returns the zygote or None.
+    """Logging, the worker zygote, then secrets; returns the zygote.
 
     Nothing of the actor runtime is imported yet: the zygote, which forks every worker, is the
     service's first fork. It never holds a credential (the environment's secrets arrive through
@@ -64,13 +64,11 @@ def _start(settings: Settings, actor: str) -> Any:
 
     prepare_home(settings)
     configure_logging(actor=actor, home=settings.home)
-    zygote = None
-    if settings.actors.base == IN_PROCESS_BASE:
-        from shelldon.worker.zygote import Zygote
+    from shelldon.worker.zygote import Zygote
 
-        gc.collect()
-        gc.freeze()
-        zygote = Zygote.start(settings)
+    gc.collect()
+    gc.freeze()
+    zygote = Zygote.start(settings)
     from shelldon.secrets import take_env_secrets
 
     # Before anything else forks: no actor, worker or child may inherit a secret variable.

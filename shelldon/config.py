@@ -22,11 +22,11 @@ from typing import Any
 PROVIDERS = ("anthropic", "openai", "scripted")
 SANDBOX_MODES = ("required", "best-effort", "off")
 SANDBOX_FS_LAYERS = ("auto", "landlock", "userns", "none")
-IN_PROCESS_BASE = "simpleSystemBase"
-ISOLATED_BASE = "multiprocTCPBase"
-ACTOR_BASES = (IN_PROCESS_BASE, ISOLATED_BASE)
-"""The production base runs every actor in one process (driven by ``actors.inproc``); the
-isolated base runs each actor in a process of its own (more memory, slower hops)."""
+RETIRED_SECTIONS = {
+    "actors": "the [actors] section is gone: every actor runs in the service's one process "
+    "(no base to choose, no admin port); delete the section",
+}
+"""Sections that existed once, refused with what to do instead of a bare "unknown section"."""
 
 
 class ConfigError(ValueError):
@@ -81,14 +81,6 @@ class LimitsSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class ActorsSettings:
-    """The actor system: its base and the Admin's fixed loopback port."""
-
-    admin_port: int = 19471
-    base: str = IN_PROCESS_BASE
-
-
-@dataclass(frozen=True, slots=True)
 class SandboxSettings:
     """Kernel confinement mode: required, best-effort or off."""
 
@@ -111,7 +103,6 @@ class Settings:
     brain: BrainSettings = field(default_factory=BrainSettings)
     limits: LimitsSettings = field(default_factory=LimitsSettings)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
-    actors: ActorsSettings = field(default_factory=ActorsSettings)
 
     @property
     def workspace(self) -> Path:
@@ -134,7 +125,6 @@ _SECTIONS: dict[str, type[Any]] = {
     "brain": BrainSettings,
     "limits": LimitsSettings,
     "sandbox": SandboxSettings,
-    "actors": ActorsSettings,
 }
 
 
@@ -217,11 +207,6 @@ def _validate(s: Settings) -> None:
         raise ConfigError("telegram.api_base", "must start with http:// or https://")
     if s.brain.base_url and not s.brain.base_url.startswith(("http://", "https://")):
         raise ConfigError("brain.base_url", "must start with http:// or https://")
-    if s.actors.base not in ACTOR_BASES:
-        bases = ", ".join(ACTOR_BASES)
-        raise ConfigError("actors.base", f"{s.actors.base!r} is not one of {bases}")
-    if not 1024 <= s.actors.admin_port <= 65535:
-        raise ConfigError("actors.admin_port", "must be between 1024 and 65535")
     lim = s.limits
     positives = {
         "limits.max_tool_executions": lim.max_tool_executions,
@@ -263,6 +248,8 @@ def _check_override_names(environ: Mapping[str, str]) -> None:
         if not var.startswith("SHELLDON_") or var in NOT_SETTINGS:
             continue
         section, _, key = var.removeprefix("SHELLDON_").lower().partition("_")
+        if section in RETIRED_SECTIONS:
+            raise ConfigError(var, RETIRED_SECTIONS[section])
         if section in _SECTIONS:
             keys = [f.name for f in dataclasses.fields(_SECTIONS[section])]
             if key not in keys:
@@ -304,6 +291,8 @@ def load_settings(
     else:
         config_path = None  # type: ignore[assignment]
     for name in data:
+        if name in RETIRED_SECTIONS:
+            raise ConfigError(name, RETIRED_SECTIONS[name])
         if name not in _SECTIONS:
             raise ConfigError(name, f"unknown section (known: {', '.join(_SECTIONS)})")
         if not isinstance(data[name], dict):

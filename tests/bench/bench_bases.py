@@ -11,7 +11,8 @@ Run: ``.venv/bin/python tests/bench/bench_bases.py``. Each base runs in a fresh 
 - start-up: ``start_actor_system`` to ready, and to 8 actors answering.
 - log event: cost of one stdlib ``logging`` record inside an actor (stdout to /dev/null).
 
-``--raw`` runs unpatched Thespian (no ``actors.hardening``) on multiprocTCPBase for comparison.
+The multiprocess bases run as Thespian ships them (shelldon no longer supports them: this bench
+is the measurement behind running every actor in one process).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ LOG_EVENTS = 200
 
 from thespian.actors import Actor, ActorAddress, WatchMessage  # noqa: E402
 
-from actors import proctree  # noqa: E402
+from tests import proctree  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -141,27 +142,22 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _measure_one(base: str, raw: bool) -> dict[str, Any]:
-    from actors.hardening import TRUSTED
-
-    for cls in (Ping, Measure, Probe):
-        TRUSTED.trust_class(cls)
-    TRUSTED.trust_actor_package("__main__")
+def _measure_one(base: str) -> dict[str, Any]:
     port = _free_port()
     started = time.monotonic()
-    if raw:
+    running: Any = None
+    if base == "simpleSystemBase":
+        from actors.system import start_actor_system
+
+        running = start_actor_system()
+        system = running.system
+    else:
         from thespian.actors import ActorSystem
 
         system = ActorSystem(base, {"Admin Port": port}, transientUnique=True)
-        running = None
-    else:
-        from actors.system import start_actor_system
-
-        running = start_actor_system(admin_port=port, base=base)
-        system = running.system
     ready_ms = (time.monotonic() - started) * 1000
     ask = system.ask
-    if base == "simpleSystemBase" and not raw:
+    if running is not None:
         # shelldon's event loop for this base (actors/inproc.py): watches, wake-ups, asks.
         from actors.inproc import Driver
 
@@ -173,11 +169,8 @@ def _measure_one(base: str, raw: bool) -> dict[str, Any]:
             assert ask(actor, Ping(0), 10) is not None, "actor did not answer"
         actors_ms = (time.monotonic() - started) * 1000
         time.sleep(1.0)  # idle
-        if running is not None:
-            pids = running.pids()
-        else:
-            # Unpatched, the Admin's children inherit its listener: take them all with their trees.
-            pids = proctree.with_descendants(proctree.listeners_on_port(port))
+        # The Admin's children inherit its listener: take them all with their trees.
+        pids = set() if running else proctree.with_descendants(proctree.listeners_on_port(port))
         # The in-process base has no processes of its own: the starter is the whole system.
         starter_kib = proctree.pss_kib([os.getpid()]) if pids else 0
         system_kib = proctree.pss_kib(pids or [os.getpid()])
@@ -187,7 +180,7 @@ def _measure_one(base: str, raw: bool) -> dict[str, Any]:
         watch = ask(others[1], Probe("watch"), 5)
         log_cost = ask(others[2], Probe("log", LOG_EVENTS), 30)
         return {
-            "base": base + (" (unpatched)" if raw else ""),
+            "base": base,
             "processes": len(pids) if pids else 0,
             "pss_system_mb": system_kib / 1024,
             "pss_with_starter_mb": (system_kib + starter_kib) / 1024,
@@ -207,8 +200,8 @@ def _measure_one(base: str, raw: bool) -> dict[str, Any]:
             system.shutdown()
 
 
-def _run_child(base: str, raw: bool) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--one", base, *(["--raw"] if raw else [])]
+def _run_child(base: str) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--one", base]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False, cwd=ROOT)
     for line in reversed(done.stdout.splitlines()):
         if line.startswith("RESULT "):
@@ -216,31 +209,9 @@ def _run_child(base: str, raw: bool) -> dict[str, Any]:
     raise RuntimeError(f"{base}: no result\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
 
 
-def _frame_costs_us() -> tuple[float, float]:
-    """Microseconds to pickle+unpickle one envelope, plain and sealed+guarded."""
-    import pickle
-    import timeit
-
-    from thespian.system.transport.IPBase import TCPv4ActorAddress
-
-    from actors.hardening import harden_thespian, open_frame, seal_frame
-    from shelldon.contracts import InboundMessage
-
-    harden_thespian()
-    envelope = (
-        ActorAddress(TCPv4ActorAddress(None, 1900, external=True)),
-        InboundMessage(1, 2, "hello there"),
-    )
-    n = 5000
-    plain = min(timeit.repeat(lambda: pickle.loads(pickle.dumps(envelope)), number=n, repeat=5))
-    sealed = min(timeit.repeat(lambda: open_frame(seal_frame(envelope)), number=n, repeat=5))
-    return plain / n * 1e6, sealed / n * 1e6
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--one", help="measure one base in this process and print RESULT json")
-    parser.add_argument("--raw", action="store_true", help="unpatched Thespian")
     args = parser.parse_args()
     if args.one:
         # Actors log to stdout/stderr: keep both off the result line and out of the terminal.
@@ -250,7 +221,7 @@ def main() -> None:
         os.dup2(devnull, 2)
         failure = ""
         try:
-            result = _measure_one(args.one, args.raw)
+            result = _measure_one(args.one)
         except Exception:
             failure = traceback.format_exc()
         finally:
@@ -262,8 +233,7 @@ def main() -> None:
             sys.exit(failure)
         print("RESULT " + json.dumps(result), flush=True)
         return
-    rows = [_run_child(base, raw=False) for base in BASES]
-    rows.append(_run_child("multiprocTCPBase", raw=True))
+    rows = [_run_child(base) for base in BASES]
     header = (
         f"{'base':<32} {'procs':>5} {'PSS sys MB':>10} {'+starter':>9} {'RTT p50 ms':>10} "
         f"{'p95 ms':>7} {'watch':>5} {'ready ms':>8} {'8 actors ms':>11} {'log ev ms':>9}"
@@ -278,11 +248,6 @@ def main() -> None:
             f"{'yes' if r['watch'] else 'no':>5} {r['ready_ms']:>8.0f} "
             f"{r['eight_actors_ms']:>11.0f} {r['log_event_ms']:>9.3f}"
         )
-    plain_us, sealed_us = _frame_costs_us()
-    print(
-        f"one envelope dumps+loads: plain pickle {plain_us:.1f} us, "
-        f"sealed (HMAC) + guarded unpickle {sealed_us:.1f} us"
-    )
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus")
 
 

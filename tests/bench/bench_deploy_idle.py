@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from actors import proctree  # noqa: E402
-from tests.integration.runtime.harness import ThreadedFakeTelegram, free_port  # noqa: E402
+from tests import proctree  # noqa: E402
+from tests.integration.runtime.harness import ThreadedFakeTelegram  # noqa: E402
 
 CGROUP_V1 = Path("/sys/fs/cgroup/memory")
 CGROUP_V2 = Path("/sys/fs/cgroup")
@@ -80,7 +80,6 @@ def measure(provider: str, idle_s: float) -> dict[str, object]:
         "SHELLDON_BRAIN_BASE_URL": "http://127.0.0.1:9",
         "SHELLDON_TELEGRAM_API_BASE": tg.api_base,
         "SHELLDON_TELEGRAM_ALLOWED_USERS": "1001",
-        "SHELLDON_ACTORS_ADMIN_PORT": str(free_port()),
         "NOTIFY_SOCKET": "@" + name,
         "WATCHDOG_USEC": "30000000",
     }

@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/bench/bench_turn.py [--provider scripted|openai|anthropic] [--turns N]
 
-Runs the real service (`shelldon run`: actors on the chosen base, the zygote and its forked
+Runs the real service (`shelldon run`: every actor in one process, the zygote and its forked
 workers, sqlite) with the Telegram transport against the fake Bot API, and a zero-latency
 brain: the scripted provider, or the fake OpenAI / Anthropic server on loopback driven by the
 real client. Each turn makes two FREE tool calls (two rounds of get_time, three model calls).
@@ -10,8 +10,7 @@ Prints, for update in → reply out: p50/p95 latency (timed turns, nothing else 
 service); PSS of every process of the service idle, and at its peak during further turns
 sampled every 5 ms (summed from /proc/PID/smaps_rollup: reading smaps of every process 200
 times a second slows the service, so those turns are not timed); and cold start of
-`shelldon run` to polling. ``--base`` picks simpleSystemBase (production, the default) or
-multiprocTCPBase.
+`shelldon run` to polling.
 """
 
 from __future__ import annotations
@@ -31,10 +30,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from actors import proctree  # noqa: E402
+from tests import proctree  # noqa: E402
 from tests.integration.runtime.harness import (  # noqa: E402
     ThreadedFakeTelegram,
-    free_port,
     service_processes,
 )
 
@@ -72,13 +70,11 @@ class RunningService:
     """`shelldon run` as the owner would start it, with its whole process tree."""
 
     def __init__(self, home: Path, tg: ThreadedFakeTelegram, env: dict[str, str]) -> None:
-        self.port = free_port()
         full_env = {
             **os.environ,
             "SHELLDON_HOME": str(home),
             "SHELLDON_TELEGRAM_API_BASE": tg.api_base,
             "SHELLDON_TELEGRAM_ALLOWED_USERS": str(OWNER),
-            "SHELLDON_ACTORS_ADMIN_PORT": str(self.port),
             **env,
         }
         self.proc = subprocess.Popen(
@@ -89,7 +85,7 @@ class RunningService:
         )
 
     def pids(self) -> set[int]:
-        return service_processes(self.proc.pid, self.port)
+        return service_processes(self.proc.pid)
 
     def pss_mb(self) -> float:
         return proctree.pss_kib(self.pids()) / 1024
@@ -99,7 +95,7 @@ class RunningService:
         self.proc.wait(10)
 
 
-def bench(provider: str, turns: int, warmup: int, gap_s: float, base: str) -> None:
+def bench(provider: str, turns: int, warmup: int, gap_s: float) -> None:
     script, env, fake = brain(provider, turns + warmup + PEAK_TURNS)
     tg = ThreadedFakeTelegram()
     with tempfile.TemporaryDirectory() as tmp:
@@ -111,7 +107,7 @@ def bench(provider: str, turns: int, warmup: int, gap_s: float, base: str) -> No
         else:
             (home / "script.json").write_text(json.dumps(script))
             env = {"SHELLDON_BRAIN_SCRIPT": "script.json"}
-        svc = RunningService(home, tg, {**env, "SHELLDON_ACTORS_BASE": base})
+        svc = RunningService(home, tg, env)
         try:
             tg.wait(lambda: tg.fake.commands, timeout=30)
 
@@ -149,7 +145,7 @@ def bench(provider: str, turns: int, warmup: int, gap_s: float, base: str) -> No
             sampling.set()
             sampler.join()
             q = statistics.quantiles(times, n=20)
-            print(f"provider={provider} base={base} turns={turns} processes idle={processes}")
+            print(f"provider={provider} turns={turns} processes idle={processes}")
             print(
                 f"  update in -> reply out: p50 {statistics.median(times):.1f} ms, "
                 f"p95 {q[18]:.1f} ms, max {max(times):.1f} ms"
@@ -162,7 +158,7 @@ def bench(provider: str, turns: int, warmup: int, gap_s: float, base: str) -> No
                 fake.stop()
 
 
-def cold_start(runs: int, base: str) -> None:
+def cold_start(runs: int) -> None:
     """`shelldon run` from exec to the transport polling (setMyCommands seen by the fake)."""
     figures = []
     for _ in range(runs):
@@ -176,8 +172,6 @@ def cold_start(runs: int, base: str) -> None:
                 "SHELLDON_HOME": str(home),
                 "SHELLDON_TELEGRAM_API_BASE": tg.api_base,
                 "SHELLDON_TELEGRAM_ALLOWED_USERS": str(OWNER),
-                "SHELLDON_ACTORS_ADMIN_PORT": str(free_port()),
-                "SHELLDON_ACTORS_BASE": base,
             }
             started = time.perf_counter()
             proc = subprocess.Popen(
@@ -194,7 +188,7 @@ def cold_start(runs: int, base: str) -> None:
                 proc.wait(10)
                 tg.close()
     print(
-        f"cold start to ready (`shelldon run` exec -> polling, {base}): "
+        f"cold start to ready (`shelldon run` exec -> polling): "
         f"median {statistics.median(figures):.0f} ms over {runs} runs "
         f"(min {min(figures):.0f}, max {max(figures):.0f})"
     )
@@ -209,15 +203,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--cold-starts", type=int, default=5)
     parser.add_argument("--gap", type=float, default=0.6, help="seconds between turns")
-    parser.add_argument(
-        "--base", choices=["simpleSystemBase", "multiprocTCPBase"], default="simpleSystemBase"
-    )
     args = parser.parse_args()
     providers = ["scripted", "openai", "anthropic"] if args.provider == "all" else [args.provider]
     for provider in providers:
-        bench(provider, args.turns, args.warmup, args.gap, args.base)
+        bench(provider, args.turns, args.warmup, args.gap)
     if args.cold_starts:
-        cold_start(args.cold_starts, args.base)
+        cold_start(args.cold_starts)
 
 
 if __name__ == "__main__":

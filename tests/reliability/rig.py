@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from actors import proctree
 from shelldon.core.manifest import rewrite_manifest
+from tests import proctree
 from tests.fakes.fake_telegram import TEST_TOKEN, Sent
-from tests.integration.runtime.harness import ThreadedFakeTelegram, free_port
+from tests.integration.runtime.harness import ThreadedFakeTelegram
 
 OWNER = 1001
 STRANGER = 666
@@ -83,7 +83,6 @@ class ShelldonRun:
         (home / "vault").mkdir(exist_ok=True)
         (home / "vault" / "telegram_token").write_text(TEST_TOKEN + "\n")
         (home / "script.json").write_text(json.dumps(script))
-        self.port = free_port()
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("SHELLDON_")},
             "SHELLDON_HOME": str(home),
@@ -91,7 +90,6 @@ class ShelldonRun:
             "SHELLDON_TELEGRAM_API_BASE": tg.api_base,
             "SHELLDON_TELEGRAM_ALLOWED_USERS": str(OWNER),
             "SHELLDON_TELEGRAM_POLL_TIMEOUT_S": "1",
-            "SHELLDON_ACTORS_ADMIN_PORT": str(self.port),
             **env,
         }
         self.proc: subprocess.Popen[bytes] | None = None
@@ -123,11 +121,10 @@ class ShelldonRun:
         self.known |= self.tree()
 
     def tree(self) -> set[int]:
-        """Every live process of the service: main, Admin, actors, workers, their children."""
+        """Every live process of the service: main, zygote, workers, their children."""
         if self.proc is None:
             return set()
         roots = {self.proc.pid} | proctree.session_members(self.proc.pid)
-        roots |= proctree.listeners_on_port(self.port)
         found = proctree.with_descendants(roots)
         self.known |= found
         return found

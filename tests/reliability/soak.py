@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from actors import proctree
+from tests import proctree
 from tests.fakes.fake_telegram import Sent
 from tests.integration.runtime.harness import ThreadedFakeTelegram
 

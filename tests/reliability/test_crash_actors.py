@@ -1,11 +1,11 @@
-"""Crash in the middle: SIGKILL each actor process while a turn runs. The supervisor restarts
-it, the turn in flight ends with its reply or an honest apology (exactly one), the next message
-is answered, and an approval parked before the crash is still decidable and runs once."""
+"""Crash in the middle, on the production base: each actor's handler raises while a turn runs
+(a Crash drill, as a bug would). The actor stops, the supervisor starts a fresh one whose state
+comes from sqlite, the turn in flight ends with its reply or an honest apology (exactly one),
+the next message is answered, and an approval parked before the crash is still decidable and
+runs once."""
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,8 +54,6 @@ def service(tmp_path: Path) -> Iterator[Service]:
         SHELLDON_LIMITS_TURN_TIMEOUT_S="5",
         SHELLDON_LIMITS_BAIL_MARGIN_S="0.5",
         SHELLDON_LIMITS_KILL_GRACE_S="0.5",
-        # Each actor a process of its own, so one can be SIGKILLed mid-turn.
-        SHELLDON_ACTORS_BASE="multiprocTCPBase",
     )
     try:
         yield svc
@@ -75,7 +73,7 @@ def finals_after(svc: Service, index: int) -> list[str]:
 
 
 @pytest.mark.parametrize("role", ROLES)
-def test_actor_killed_mid_turn_is_restarted_and_the_turn_ends_once(
+def test_actor_crashed_mid_turn_is_restarted_and_the_turn_ends_once(
     service: Service, role: str
 ) -> None:
     tg = service.telegram
@@ -90,7 +88,7 @@ def test_actor_killed_mid_turn_is_restarted_and_the_turn_ends_once(
     tg.do(tg.fake.queue_message, OWNER, "slow please")
     wait_until(lambda: turn_started(service, "slow please"), what="the slow turn to start")
     time.sleep(0.3)  # the worker is inside python_eval now
-    os.kill(service.pid_of(role), signal.SIGKILL)
+    service.crash(role)
 
     wait_until(lambda: service.status().restarts >= 1, 10, f"{role} to be restarted")
     wait_until(lambda: finals_after(service, mark), 10, "the slow turn's one final answer")

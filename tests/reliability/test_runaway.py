@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from actors import proctree
+from tests import proctree
 from tests.integration.runtime.harness import Service
 
 from .rig import install_tool, wait_until

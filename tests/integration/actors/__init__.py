@@ -1,1 +1,1 @@
-"""Integration tests of the hardened Thespian substrate, on real multiprocTCPBase systems."""
+"""Integration tests of the actor substrate: the door, the in-process driver, let it crash."""

@@ -1,38 +1,51 @@
-"""Fixtures: a hardened multiprocTCPBase system on a free loopback port, always stopped."""
+"""Fixtures: the production actor system (every actor in this process), driven by the loop in
+the test's own thread, always stopped."""
 
 from __future__ import annotations
 
-import socket
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from actors.hardening import TRUSTED
-from actors.system import RunningSystem, start_actor_system, stop_actor_system
-
-# The probes' messages travel between processes: trust them before any system forks.
-TRUSTED.trust_module("tests.integration.actors.messages")
-TRUSTED.trust_actor_package("tests.integration.actors")
+from actors.inproc import Driver
+from actors.system import start_actor_system, stop_actor_system
 
 
-def free_port() -> int:
-    """A loopback TCP port nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+class Looped:
+    """The system as a test talks to it: create, tell, and ask/listen through the loop (so an
+    answer that waits for a descriptor or a wake-up still arrives)."""
+
+    def __init__(self, system: Any, driver: Driver) -> None:
+        self.system, self.driver = system, driver
+
+    def createActor(self, cls: type) -> Any:
+        return self.system.createActor(cls)
+
+    def tell(self, address: Any, message: Any) -> None:
+        self.driver.tell(address, message)
+
+    def ask(self, address: Any, message: Any, timeout: float) -> Any:
+        return self.driver.ask(address, message, timeout)
+
+    def listen(self, timeout: float) -> Any:
+        """The next answer sent to the test from an earlier ask, or None past ``timeout``."""
+        requester = self.system._systemBase.actorRegistry["System:ExternalRequester"].instance
+        deadline = time.monotonic() + timeout
+        while not getattr(requester, "responses", None) and time.monotonic() < deadline:
+            self.driver.step(min(0.05, max(0.0, deadline - time.monotonic())))
+        answers = getattr(requester, "responses", None)
+        return answers.pop(0) if answers else None
 
 
 @pytest.fixture
-def admin_port() -> int:
-    """A fresh admin port for this test."""
-    return free_port()
-
-
-@pytest.fixture
-def running(admin_port: int) -> Iterator[RunningSystem]:
-    """A hardened multiprocTCPBase system, stopped (and checked) even if the test fails."""
-    system = start_actor_system(admin_port=admin_port)
+def running() -> Iterator[Looped]:
+    """The in-process system and its driver, stopped even if the test fails."""
+    system = start_actor_system()
+    driver = Driver(system.system)
     try:
-        yield system
+        yield Looped(system.system, driver)
     finally:
+        driver.close()
         stop_actor_system(system)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from actors import proctree
-from tests.integration.runtime.harness import ThreadedFakeTelegram, free_port
+from tests import proctree
+from tests.integration.runtime.harness import ThreadedFakeTelegram
 
 pytestmark = pytest.mark.slow
 
@@ -67,8 +67,7 @@ class Run:
 
 
 @pytest.fixture
-def run(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Run]:
-    base = getattr(request, "param", "simpleSystemBase")
+def run(tmp_path: Path) -> Iterator[Run]:
     tg = ThreadedFakeTelegram()
     home = tmp_path / "home"
     (home / "vault").mkdir(parents=True)
@@ -86,8 +85,6 @@ def run(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Run]:
         "SHELLDON_TELEGRAM_API_BASE": tg.api_base,
         "SHELLDON_TELEGRAM_ALLOWED_USERS": str(OWNER),
         "SHELLDON_TELEGRAM_POLL_TIMEOUT_S": "1",
-        "SHELLDON_ACTORS_ADMIN_PORT": str(free_port()),
-        "SHELLDON_ACTORS_BASE": base,
         "NOTIFY_SOCKET": "@" + name,
         "WATCHDOG_USEC": str(WATCHDOG_USEC),
     }
@@ -139,30 +136,19 @@ def test_ready_watchdog_and_stopping_arrive_in_order(run: Run) -> None:
     assert '"service_polling"' in out
 
 
-# Actor processes of their own, so the test can freeze them and leave the main process alive.
-# (On the in-process base the health check runs in the actors' own thread: a wedged handler
-# stops the loop and the watchdog with it.)
-@pytest.mark.parametrize("run", ["multiprocTCPBase"], indirect=True)
+# Every actor runs in the main process, on the loop that also sends the pets: a wedged actor
+# system is a frozen main process (what the VM's system test does with the real watchdog).
 def test_a_wedged_actor_system_stops_the_watchdog(run: Run) -> None:
     run.wait_for("READY=1")
     run.wait_for("WATCHDOG=1")
-    actors = {
-        pid
-        for pid in proctree.with_descendants([run.proc.pid]) - {run.proc.pid, os.getpid()}
-        # Never freeze anything but the service (a stopped test worker hangs the whole run).
-        if b"shelldon" in Path(f"/proc/{pid}/cmdline").read_bytes()
-        and b"pytest" not in Path(f"/proc/{pid}/cmdline").read_bytes()
-    }
-    for pid in actors:
-        os.kill(pid, signal.SIGSTOP)
+    os.kill(run.proc.pid, signal.SIGSTOP)
     try:
-        time.sleep(0.3)  # a ping already under way may still be answered
+        time.sleep(0.3)  # a pet already under way may still arrive
         run.got.clear()
         deadline = time.monotonic() + 1.5
         while time.monotonic() < deadline:
             run.read(0.1)
         assert "WATCHDOG=1" not in run.lines(), run.got
     finally:
-        for pid in actors:
-            os.kill(pid, signal.SIGCONT)
+        os.kill(run.proc.pid, signal.SIGCONT)
     run.wait_for("WATCHDOG=1", timeout=15)  # healthy again: the pets resume

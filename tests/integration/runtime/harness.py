@@ -1,10 +1,9 @@
 """A real shelldon service for tests: real actors, real forks, real sqlite, the console
 transport over pipes (what `shelldon chat` uses), and the scripted brain.
 
-The base is the configured one: the production in-process base by default (its driver loop
-runs in a thread of the test process, workers come from a real zygote), or the isolated
-multiprocTCPBase with ``SHELLDON_ACTORS_BASE=multiprocTCPBase`` (tests that kill actor
-processes)."""
+Every actor runs in the test process, as in production (the driver loop in a thread of its own);
+workers come from a real zygote. ``Service.crash(role)`` makes an actor's handler raise, as a bug
+would, to test the supervisor's restarts."""
 
 from __future__ import annotations
 
@@ -23,24 +22,19 @@ from typing import Any
 
 from actors.inproc import Driver
 from actors.messages import Boot, InboxChanged, Ping, Status
-from actors.service import trust_runtime_classes
 from actors.system import RunningSystem, start_actor_system, stop_actor_system
 from actors.turn import use_zygote
-from shelldon.config import IN_PROCESS_BASE, ISOLATED_BASE, Settings, load_settings
+from shelldon.config import Settings, load_settings
 from shelldon.contracts import encode
 from shelldon.core.history import Store
 
 
-def service_processes(main_pid: int, admin_port: int) -> set[int]:
+def service_processes(main_pid: int) -> set[int]:
     """Every process of a service started as a subprocess: the main process and its
-    descendants (the zygote and workers of the in-process base), plus, on the isolated base,
-    the Admin's session (its actor processes)."""
-    from actors import proctree
+    descendants (the zygote and its workers)."""
+    from tests import proctree
 
-    roots = {main_pid}
-    for admin in proctree.listeners_on_port(admin_port):
-        roots |= {admin} | proctree.session_members(os.getsid(admin))
-    return proctree.with_descendants(roots)
+    return proctree.with_descendants({main_pid})
 
 
 def parent_of(pid: int) -> int:
@@ -49,19 +43,10 @@ def parent_of(pid: int) -> int:
 
 
 @contextlib.contextmanager
-def chat_service(
-    home: Path, base: str, **env: str
-) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
-    """``shelldon chat`` as the owner starts it, in a session of its own, on ``base`` and a fresh
-    admin port; yields (process, admin port) once it listens and SIGKILLs what is left after."""
-    port = free_port()
-    environ = {
-        **os.environ,
-        "SHELLDON_HOME": str(home),
-        "SHELLDON_ACTORS_ADMIN_PORT": str(port),
-        "SHELLDON_ACTORS_BASE": base,
-        **env,
-    }
+def chat_service(home: Path, **env: str) -> Iterator[subprocess.Popen[bytes]]:
+    """``shelldon chat`` as the owner starts it, in a session of its own; yields the process
+    once it listens and SIGKILLs what is left after."""
+    environ = {**os.environ, "SHELLDON_HOME": str(home), **env}
     proc = subprocess.Popen(
         [sys.executable, "-m", "shelldon", "chat"],
         stdin=subprocess.PIPE,
@@ -76,7 +61,7 @@ def chat_service(
         while b"listening" not in line:
             assert line, f"shelldon chat ended before it was ready: {proc.stderr.read()!r}"
             line = proc.stdout.readline()
-        yield proc, port
+        yield proc
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -146,7 +131,6 @@ class Service:
         environ = {
             "SHELLDON_HOME": str(home),
             "SHELLDON_BRAIN_SCRIPT": "script.json",
-            "SHELLDON_ACTORS_ADMIN_PORT": str(free_port()),
             **env,
         }
         self.settings: Settings = load_settings(environ=environ)
@@ -157,26 +141,18 @@ class Service:
         os.set_blocking(self.out_r, False)
         self.output = ""
         self.seen = 0
-        trust_runtime_classes()
         self.telegram: ThreadedFakeTelegram | None = None
-        self.base = self.settings.actors.base
-        self.zygote: Any = None
-        self.driver: Driver | None = None
         self.supervisor: Any = None
-        if self.base == IN_PROCESS_BASE:
-            from shelldon.worker.zygote import Zygote
+        from shelldon.worker.zygote import Zygote
 
-            self.zygote = Zygote.start(self.settings)
-            use_zygote(self.zygote)
+        self.zygote: Any = Zygote.start(self.settings)
+        use_zygote(self.zygote)
         try:
-            self.running: RunningSystem = start_actor_system(
-                admin_port=self.settings.actors.admin_port, base=self.base
-            )
+            self.running: RunningSystem = start_actor_system()
         except BaseException:
             self._stop_zygote()
             raise
-        if self.base == IN_PROCESS_BASE:
-            self.driver = Driver(self.running.system)
+        self.driver = Driver(self.running.system)
         try:
             from actors.supervisor import SupervisorActor
 
@@ -193,9 +169,8 @@ class Service:
                 )
                 self.settings = dataclasses.replace(self.settings, telegram=tg)
             asys = self.running.system
-            if self.driver is not None:
-                # Only the driver's thread touches the actor system (and the actors' sqlite).
-                self.driver.start_thread("test-actors")
+            # Only the driver's thread touches the actor system (and the actors' sqlite).
+            self.driver.start_thread("test-actors")
             kind = "telegram" if telegram else "console"
             boot = Boot(self.settings, kind, (self.in_r, self.out_w, self.done_w))
 
@@ -203,7 +178,7 @@ class Service:
                 self.supervisor = asys.createActor(SupervisorActor)
                 return self.ask(self.supervisor, boot, 15)  # type: ignore[no-any-return]
 
-            status = self.driver.call(start, 20) if self.driver is not None else start()
+            status = self.driver.call(start, 20)
             assert isinstance(status, Status) and status.ready, status
             self.peers = status.peers
         except BaseException:
@@ -254,15 +229,17 @@ class Service:
 
     def tell(self, address: Any, message: Any) -> None:
         """Send an actor a message from the test."""
-        if self.driver is not None:
-            self.driver.tell(address, message)
-        else:
-            self.running.system.tell(address, message)
+        self.driver.tell(address, message)
 
     def ask(self, address: Any, message: Any, timeout: float = 10.0) -> Any:
-        if self.driver is not None:
-            return self.driver.ask(address, message, timeout)
-        return self.running.system.ask(address, message, timeout)
+        return self.driver.ask(address, message, timeout)
+
+    def crash(self, role: str) -> None:
+        """Make actor ``role``'s next handler raise (a Crash drill), as a bug would."""
+        from actors.messages import Crash
+
+        address = self.supervisor if role == "supervisor" else self.peers[role]
+        self.tell(address, Crash(f"drill: {role} crashes"))
 
     def status(self) -> Status:
         status = self.ask(self.supervisor, Ping(), 10)
@@ -271,19 +248,15 @@ class Service:
         return status
 
     def pids(self) -> set[int]:
-        """Processes of the service besides this test process: actor processes (isolated
-        base) or the zygote and its workers (in-process base)."""
-        if self.zygote is not None:
-            from actors import proctree
+        """Processes of the service besides this test process: the zygote and its workers."""
+        from tests import proctree
 
-            return proctree.with_descendants({self.zygote.pid}) if self.zygote.alive() else set()
-        return self.running.pids()
+        return proctree.with_descendants({self.zygote.pid}) if self.zygote.alive() else set()
 
     def turn_workers(self) -> set[int]:
         """Workers of this service alive now, except the zygote's idle spare (which runs no
         turn until one is handed to it)."""
-        parent = self.worker_parent()
-        spare = self.zygote.spare_pid() if self.zygote is not None else None
+        parent, spare = self.zygote.pid, self.zygote.spare_pid()
         workers = set()
         for pid in self.pids():
             try:
@@ -293,27 +266,13 @@ class Service:
                 continue
         return workers
 
-    def worker_parent(self) -> int:
-        """The pid that forks this service's workers (the zygote, or the TurnActor)."""
-        return self.zygote.pid if self.zygote is not None else self.pid_of("turn")
-
-    def pid_of(self, role: str) -> int:
-        """The process of actor ``role`` (found by its listening port; isolated base only)."""
-        from actors import proctree
-
-        assert self.base == ISOLATED_BASE, "actors have processes of their own only there"
-        port = self.peers[role].addressDetails.connectArgs[0][1]
-        (pid,) = proctree.listeners_on_port(port)
-        return pid
-
     def stop(self) -> None:
         with contextlib.suppress(Exception):
             self.store.close()
-        if self.driver is not None:
-            driver = self.driver
-            with contextlib.suppress(Exception):
-                driver.call(lambda: driver.shutdown(self.supervisor), 10)
-            driver.close()
+        driver = self.driver
+        with contextlib.suppress(Exception):
+            driver.call(lambda: driver.shutdown(self.supervisor), 10)
+        driver.close()
         stop_actor_system(self.running)
         self._stop_zygote()
         if self.telegram is not None:
@@ -323,6 +282,5 @@ class Service:
                 os.close(fd)
 
     def _stop_zygote(self) -> None:
-        if self.zygote is not None:
-            use_zygote(None)
-            self.zygote.stop()
+        use_zygote(None)
+        self.zygote.stop()

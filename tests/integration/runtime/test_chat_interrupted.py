@@ -53,7 +53,7 @@ def test_ctrl_c_mid_turn_exits_130_and_the_cut_turn_is_not_answered_later(
     home.mkdir()
     (home / "script.json").write_text(json.dumps(SCRIPT))
     env = {"SHELLDON_BRAIN_SCRIPT": "script.json", "SHELLDON_LIMITS_TURN_TIMEOUT_S": "60"}
-    with chat_service(home, "simpleSystemBase", **env) as (proc, _port):
+    with chat_service(home, **env) as proc:
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(b"do the slow thing\n")
         proc.stdin.flush()
@@ -63,7 +63,7 @@ def test_ctrl_c_mid_turn_exits_130_and_the_cut_turn_is_not_answered_later(
         rest = proc.stdout.read()
         assert rest.endswith(b"shelldon: interrupted (Ctrl-C)\n"), rest
         assert b"slow sum is done" not in rest
-    with chat_service(home, "simpleSystemBase", **env) as (proc, _port):
+    with chat_service(home, **env) as proc:
         assert proc.stdin is not None and proc.stdout is not None
         said = read_until(proc.stdout, b"won't answer", 20)
         assert b"An earlier session ended before I answered 'do the slow thing'" in said

@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from .harness import free_port
-
 REPO = Path(__file__).resolve().parents[3]
 SHELLDON = str(Path(sys.executable).with_name("shelldon"))
 COMMANDS = (
@@ -35,7 +33,7 @@ def shelldon(
     *args: str, home: Path, stdin: str = "", timeout: float = 60, **env: str
 ) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("SHELLDON_")}
-    environ |= {"SHELLDON_HOME": str(home), "SHELLDON_ACTORS_ADMIN_PORT": str(free_port()), **env}
+    environ |= {"SHELLDON_HOME": str(home), **env}
     return subprocess.run(
         [SHELLDON, *args],
         input=stdin,
@@ -124,7 +122,7 @@ def test_every_status_in_the_readme_table_is_what_its_case_exits_with(home: Path
 
 def interrupted_chat(home: Path) -> int:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("SHELLDON_")}
-    environ |= {"SHELLDON_HOME": str(home), "SHELLDON_ACTORS_ADMIN_PORT": str(free_port())}
+    environ |= {"SHELLDON_HOME": str(home)}
     proc = subprocess.Popen(
         [SHELLDON, "chat"],
         stdin=subprocess.PIPE,

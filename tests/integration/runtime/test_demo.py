@@ -15,12 +15,10 @@ import pytest
 
 from tests.pythons import python_without_pytest
 
-from .harness import free_port
-
 
 @pytest.mark.slow
 def test_demo_walks_the_whole_story(tmp_path: Path) -> None:
-    env = {**os.environ, "SHELLDON_ACTORS_ADMIN_PORT": str(free_port())}
+    env = dict(os.environ)
     proc = subprocess.run(
         [sys.executable, "-m", "shelldon", "demo", "--yes", "--home", str(tmp_path / "demo")],
         capture_output=True,
@@ -61,7 +59,7 @@ def test_demo_walks_the_whole_story(tmp_path: Path) -> None:
 
 
 def demo_env() -> dict[str, str]:
-    return {**os.environ, "SHELLDON_ACTORS_ADMIN_PORT": str(free_port())}
+    return {**os.environ}
 
 
 def last_line(text: str) -> str:

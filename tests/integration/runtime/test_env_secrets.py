@@ -15,9 +15,8 @@ from .harness import chat_service, service_processes
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("base", ["simpleSystemBase", "multiprocTCPBase"])
 def test_env_secrets_never_reach_a_forked_process_but_the_broker_uses_them(
-    tmp_path: Path, base: str
+    tmp_path: Path,
 ) -> None:
     fake = FakeOpenAI().start()
     fake.reply_text("the key worked")
@@ -28,10 +27,10 @@ def test_env_secrets_never_reach_a_forked_process_but_the_broker_uses_them(
         "TELEGRAM_BOT_TOKEN": "123456:ENV-SECRET-TOKEN-abcdefghijklmnop",
     }
     try:
-        with chat_service(tmp_path / "h", base, **env) as (proc, port):
+        with chat_service(tmp_path / "h", **env) as proc:
             assert proc.stdout is not None and proc.stdin is not None
-            tree = service_processes(proc.pid, port)
-            assert len(tree) >= (8 if base == "multiprocTCPBase" else 2), tree
+            tree = service_processes(proc.pid)
+            assert len(tree) >= 2, tree  # the main process and the zygote at least
             for pid in tree:
                 environ = Path(f"/proc/{pid}/environ").read_bytes()
                 assert fake.api_key.encode() not in environ, pid

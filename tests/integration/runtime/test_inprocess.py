@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from actors import proctree
+from tests import proctree
 from tests.fakes.fake_openai import FakeOpenAI
 from tests.fakes.fake_telegram import TEST_TOKEN
 
-from .harness import ThreadedFakeTelegram, chat_service, free_port, parent_of, service_processes
+from .harness import ThreadedFakeTelegram, chat_service, parent_of, service_processes
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +48,7 @@ def memory_holds(pid: int, needles: tuple[bytes, ...]) -> set[bytes]:
 
 
 @pytest.fixture
-def service(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, FakeOpenAI, Path]]:
+def service(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], FakeOpenAI, Path]]:
     tg = ThreadedFakeTelegram()
     fake = FakeOpenAI().start()
     for _ in range(3):
@@ -58,12 +58,9 @@ def service(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, Fake
     (home / "vault").mkdir(parents=True)
     (home / "vault" / "telegram_token").write_text(TEST_TOKEN + "\n")
     (home / "vault" / "openai_api_key").write_text(fake.api_key + "\n")
-    port = free_port()
     env = {
         **os.environ,
         "SHELLDON_HOME": str(home),
-        "SHELLDON_ACTORS_ADMIN_PORT": str(port),
-        "SHELLDON_ACTORS_BASE": "simpleSystemBase",
         "SHELLDON_TELEGRAM_API_BASE": tg.api_base,
         "SHELLDON_TELEGRAM_ALLOWED_USERS": str(OWNER),
         "SHELLDON_BRAIN_PROVIDER": "openai",
@@ -77,7 +74,7 @@ def service(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, Fake
         tg.wait(lambda: tg.fake.commands, timeout=30)
         tg.do(tg.fake.queue_message, OWNER, "what time is it?")
         tg.wait(lambda: any("the clock says hi" in m.visible for m in tg.fake.sent), timeout=20)
-        yield proc, port, fake, home
+        yield proc, fake, home
     finally:
         proc.terminate()
         proc.wait(10)
@@ -87,22 +84,22 @@ def service(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, Fake
 
 
 def test_one_process_of_actors_and_a_zygote_that_listen_on_no_port(
-    service: tuple[subprocess.Popen[bytes], int, FakeOpenAI, Path],
+    service: tuple[subprocess.Popen[bytes], FakeOpenAI, Path],
 ) -> None:
-    proc, port, _fake, _home = service
+    proc, _fake, _home = service
     time.sleep(0.3)  # the turn's worker has exited and been reaped
-    tree = service_processes(proc.pid, port)
+    tree = service_processes(proc.pid)
     # the main process, the zygote and (at most) the zygote's one spare worker
     assert 2 <= len(tree) <= 3, tree
     assert proctree.listening_sockets(tree) == []
 
 
 def test_no_process_but_the_main_one_holds_a_credential_in_memory(
-    service: tuple[subprocess.Popen[bytes], int, FakeOpenAI, Path],
+    service: tuple[subprocess.Popen[bytes], FakeOpenAI, Path],
 ) -> None:
-    proc, port, fake, home = service
+    proc, fake, home = service
     secrets = (TEST_TOKEN.encode(), fake.api_key.encode())
-    tree = service_processes(proc.pid, port)
+    tree = service_processes(proc.pid)
     assert memory_holds(proc.pid, secrets) == set(secrets)  # the transport and the broker
     for pid in tree - {proc.pid}:
         assert memory_holds(pid, secrets) == set(), pid
@@ -113,9 +110,9 @@ def test_no_process_but_the_main_one_holds_a_credential_in_memory(
 def test_a_lost_zygote_stops_the_service_for_a_clean_restart(tmp_path: Path) -> None:
     # A clean zygote cannot be made again once the secrets are in memory: the turn apologizes
     # and the service exits non-zero, so systemd starts it afresh.
-    with chat_service(tmp_path / "h", "simpleSystemBase") as (proc, port):
+    with chat_service(tmp_path / "h") as proc:
         assert proc.stdout is not None and proc.stdin is not None
-        tree = service_processes(proc.pid, port)
+        tree = service_processes(proc.pid)
         (zygote,) = [p for p in tree if parent_of(p) == proc.pid]
         os.kill(zygote, signal.SIGKILL)
         proc.stdin.write(b"hello\n")

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from .harness import free_port
-
 
 def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
@@ -20,7 +18,7 @@ def mode(path: Path) -> int:
 
 def run_as_owner(args: list[str], home: Path, umask: int = 0o022) -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHELLDON_")}
-    env |= {"SHELLDON_HOME": str(home), "SHELLDON_ACTORS_ADMIN_PORT": str(free_port())}
+    env |= {"SHELLDON_HOME": str(home)}
     code = f"import os, runpy, sys; os.umask({umask}); sys.argv = ['shelldon', *{args!r}]; "
     code += "runpy.run_module('shelldon', run_name='__main__')"
     return subprocess.run(

@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from .harness import free_port
-
 GOOD_TOKEN = "123456789:AAHfiqksKZ8WmR2zSjiQ7_v4TMAKdiHm9T0"
 
 
@@ -24,7 +22,6 @@ def start(home: Path, command: str, **env: str) -> tuple[subprocess.CompletedPro
     }
     environ |= {
         "SHELLDON_HOME": str(home),
-        "SHELLDON_ACTORS_ADMIN_PORT": str(free_port()),
         # Nothing listens here: a start that got as far as polling would hang, not exit.
         "SHELLDON_TELEGRAM_API_BASE": "http://127.0.0.1:9",
         **env,
@@ -111,7 +108,6 @@ def test_run_with_nobody_allowed_starts_and_warns_once(home: Path, tmp_path: Pat
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("SHELLDON_")},
         "SHELLDON_HOME": str(home),
-        "SHELLDON_ACTORS_ADMIN_PORT": str(free_port()),
         "SHELLDON_TELEGRAM_API_BASE": tg.api_base,
     }
     log = tmp_path / "run.log"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from pathlib import Path
@@ -10,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from actors import proctree
-from shelldon.config import IN_PROCESS_BASE, ISOLATED_BASE
 from shelldon.contracts import Decision, InboundMessage, Job, Message, Result, Role
 from shelldon.worker import spawn
+from tests import proctree
 
 from .harness import Service
 
@@ -83,62 +81,68 @@ def test_a_worker_past_its_deadline_is_killed_and_the_next_turn_runs(tampered: S
     tampered.expect("Clock checked.")
 
 
-@pytest.fixture(params=[IN_PROCESS_BASE, ISOLATED_BASE])
-def service(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
-    svc = Service(
-        tmp_path / "home",
-        SCRIPT,
-        SHELLDON_LIMITS_EVAL_TIMEOUT_S="8",
-        SHELLDON_LIMITS_TURN_TIMEOUT_S="10",
-        SHELLDON_ACTORS_BASE=request.param,
-    )
-    yield svc
-    svc.stop()
-
-
 @pytest.fixture
-def isolated(tmp_path: Path) -> Any:
-    """The multiprocess base: each actor a process the test can SIGKILL."""
+def service(tmp_path: Path) -> Any:
     svc = Service(
         tmp_path / "home",
         SCRIPT,
         SHELLDON_LIMITS_EVAL_TIMEOUT_S="8",
         SHELLDON_LIMITS_TURN_TIMEOUT_S="10",
-        SHELLDON_ACTORS_BASE=ISOLATED_BASE,
     )
     yield svc
     svc.stop()
 
 
-def test_killed_turn_actor_is_restarted_and_the_turn_in_flight_gets_an_apology(
-    isolated: Service,
+def crash_and_wait(service: Service, role: str, timeout: float = 10) -> None:
+    """Crash ``role`` (a Crash drill) and wait until a fresh instance has taken its place."""
+    old = service.peers[role]
+    service.crash(role)
+    deadline = time.monotonic() + timeout
+    while service.status().peers[role] == old:
+        assert time.monotonic() < deadline, f"the supervisor did not restart {role}"
+        time.sleep(0.05)
+
+
+def test_a_crashed_turn_actor_is_restarted_and_the_turn_in_flight_gets_an_apology(
+    service: Service,
 ) -> None:
-    service = isolated
     service.inject(InboundMessage(0, 0, "slow please"))
     time.sleep(0.3)
-    os.kill(service.pid_of("turn"), signal.SIGKILL)
+    crash_and_wait(service, "turn")
     service.expect("something broke", timeout=10)
-    deadline = time.monotonic() + 10
-    while service.status().restarts < 1 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    assert not service.turn_workers()  # the crashed actor's worker was killed and reaped
     service.say("what time is it")
     service.expect("Clock checked.")
 
 
-def test_killed_arbiter_loses_nothing_parked(isolated: Service) -> None:
-    service = isolated
+def test_a_crashed_arbiter_loses_nothing_parked(service: Service) -> None:
     service.say("save a note")
     service.expect("[y/N]")
     (parked,) = service.store.pending()
-    os.kill(service.pid_of("arbiter"), signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while service.status().restarts < 1 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    crash_and_wait(service, "arbiter")
     assert service.store.has_approval(parked.turn_id)
     service.inject(Decision(0, 0, parked.turn_id, True))
     service.expect("Approved")
     service.expect("Saved.")
     assert (service.settings.workspace / "n.txt").read_text() == "x"
+
+
+def test_repeated_crashes_back_off(service: Service) -> None:
+    started = time.monotonic()
+    for _ in range(3):
+        crash_and_wait(service, "strikes")
+    # restarted after 0.1, 0.2 and 0.4 s; the service kept answering through them
+    assert time.monotonic() - started >= 0.7
+    service.say("what time is it")
+    service.expect("Clock checked.")
+    assert service.status().restarts == 3
+
+
+def test_the_supervisor_itself_does_not_crash_on_a_handler_error(service: Service) -> None:
+    service.crash("supervisor")
+    assert service.status().ready  # still answering, still the same supervisor
+    service.say("what time is it")
+    service.expect("Clock checked.")
 
 
 def test_an_actor_that_gets_junk_keeps_serving(service: Service) -> None:
@@ -149,17 +153,13 @@ def test_an_actor_that_gets_junk_keeps_serving(service: Service) -> None:
     service.expect("Clock checked.")
 
 
-@pytest.mark.parametrize("base", [IN_PROCESS_BASE, ISOLATED_BASE])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_shelldon_chat_stops_on_signal_within_5s_leaving_nothing(
-    tmp_path: Path, sig: int, base: str
-) -> None:
+def test_shelldon_chat_stops_on_signal_within_5s_leaving_nothing(tmp_path: Path, sig: int) -> None:
     from .harness import chat_service, service_processes
 
-    with chat_service(tmp_path / "h", base) as (proc, port):
-        tree = service_processes(proc.pid, port)
-        # isolated: main, admin, 7 actors (and the logger); in-process: main and the zygote
-        assert len(tree) >= (8 if base == ISOLATED_BASE else 2), tree
+    with chat_service(tmp_path / "h") as proc:
+        tree = service_processes(proc.pid)
+        assert len(tree) >= 2, tree  # the main process and the zygote
         before = time.monotonic()
         proc.send_signal(sig)
         # SIGTERM is a service manager's clean stop; SIGINT is Ctrl-C, reported as shells do.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .harness import Service, ThreadedFakeTelegram, free_port
+from .harness import Service, ThreadedFakeTelegram
 
 pytestmark = pytest.mark.slow
 
@@ -128,7 +128,6 @@ def test_a_bad_token_stops_shelldon_run_with_one_clear_line(
             "SHELLDON_HOME": str(home),
             "SHELLDON_TELEGRAM_API_BASE": tg.api_base,
             "SHELLDON_TELEGRAM_ALLOWED_USERS": str(OWNER),
-            "SHELLDON_ACTORS_ADMIN_PORT": str(free_port()),
         }
         proc = subprocess.run(
             [sys.executable, "-m", "shelldon", "run"],

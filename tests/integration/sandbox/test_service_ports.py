@@ -1,16 +1,17 @@
-"""Issue 12, point 2: model code cannot reach the actors. Inside the running service, a
-self-coded tool in a worker and a model-written test in a gate run try every port the service
-listens on (as listed from /proc by ``actors.proctree``) and each connection is refused."""
+"""Model code cannot reach anything on the machine over TCP. The service itself listens on no
+port (every actor in one process: tests/integration/runtime/test_inprocess.py); inside the running
+service a self-coded tool in a worker and a model-written test in a gate run try ports that do
+listen on loopback (stand-ins for any local service) and each connection is refused."""
 
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from actors import proctree
 from shelldon.config import load_settings
 from tests.integration.runtime.harness import Service
 
@@ -42,7 +43,7 @@ def gate_test(workspace: Path) -> str:
     staging = str(workspace / "tools-staging")
     return (
         "import json\n\nfrom port_gate import run\n\n\n"
-        "def test_no_actor_port_answers():\n"
+        "def test_no_local_port_answers():\n"
         f"    got = json.loads(run(where={staging!r}))\n"
         "    assert got and set(got.values()) == {'EPERM'}, got\n"
     )
@@ -74,17 +75,10 @@ def test_no_service_port_is_reachable_from_a_worker_or_a_gate(tmp_path: Path, la
     settings = load_settings(environ={"SHELLDON_HOME": str(home)})
     settings.workspace.mkdir(parents=True)
     promote(settings, "port_probe", PORT_PROBE)
-    # The isolated base is the one with ports (one per actor); the in-process base has none.
-    svc = Service(
-        home,
-        script(settings.workspace),
-        SHELLDON_SANDBOX_FS=layer,
-        SHELLDON_ACTORS_BASE="multiprocTCPBase",
-    )
+    listeners = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
+    svc = Service(home, script(settings.workspace), SHELLDON_SANDBOX_FS=layer)
     try:
-        listening = proctree.listening_sockets(proctree.with_descendants(svc.pids()))
-        ports = sorted({s.port for s in listening})
-        assert svc.settings.actors.admin_port in ports
+        ports = sorted(sock.getsockname()[1] for sock in listeners)
         (settings.workspace / "ports.json").write_text(json.dumps(ports))
         (settings.workspace / "tools-staging" / "ports.json").write_text(json.dumps(ports))
 
@@ -98,3 +92,5 @@ def test_no_service_port_is_reachable_from_a_worker_or_a_gate(tmp_path: Path, la
         assert "port_gate" in chunk and "passed" in chunk
     finally:
         svc.stop()
+        for sock in listeners:
+            sock.close()
