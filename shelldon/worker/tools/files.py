@@ -1,16 +1,18 @@
 """FREE file tools: ``read_file`` (first 64 KiB of a text file) and ``list_dir``, both jailed.
 
-Every path goes through ``resolve_in_jail``; the file is then opened without following a final
-symlink and re-checked on the open descriptor, so what is read is what was checked.
+Every path goes through ``jail_path``; the resolved path is then opened beneath the workspace
+with no symlink followed (``open_jailed``) and re-checked on the open descriptor, so what is
+read is what was checked, even if a directory on the way is swapped for a symlink meanwhile.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
 from shelldon.contracts import Tier, ToolDefinition
-from shelldon.worker.tools.jail import denied_name, refuse_hard_link, resolve_in_jail
+from shelldon.worker.tools.jail import is_denied, jail_path, open_jailed, refuse_hard_link
 from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
 
 # The seed's read cap: enough for a source file or a note, never a whole log.
@@ -18,6 +20,16 @@ READ_CAP_BYTES = 64 * 1024
 
 # A listing longer than this is cut: the model should list a subdirectory instead.
 LIST_CAP_ENTRIES = 500
+
+
+def _open_failed(path: str, exc: OSError) -> ToolError:
+    """The model's message for an open that the resolved path no longer allows."""
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EXDEV):
+        return ToolError(
+            f"{path!r} cannot be opened as resolved: a symlink stands on the way (a symlink "
+            "loop, or the path changed while it was being opened); refused"
+        )
+    return ToolError(f"cannot open {path!r}: {exc.strerror}")
 
 
 def _read_at_most(fd: int, limit: int) -> bytes:
@@ -35,18 +47,15 @@ def _read_at_most(fd: int, limit: int) -> bytes:
 
 def read_file(ctx: ToolContext, path: str) -> str:
     """The text of a workspace file, cut at 64 KiB with a note saying how much was left out."""
-    real = resolve_in_jail(ctx.workspace, path, ctx.vault)
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    jailed = jail_path(ctx.workspace, path, ctx.vault)
     try:
-        fd = os.open(real, flags)
+        fd = open_jailed(jailed, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise ToolError(
             f"no file {path!r} in the workspace; list_dir('.') shows what exists"
         ) from None
-    except IsADirectoryError:
-        raise ToolError(f"{path!r} is a directory; use list_dir to see inside it") from None
     except OSError as exc:
-        raise ToolError(f"cannot open {path!r}: {exc.strerror}") from None
+        raise _open_failed(path, exc) from None
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
@@ -85,19 +94,26 @@ def _describe(entry: os.DirEntry[str]) -> str:
 
 def list_dir(ctx: ToolContext, path: str = ".") -> str:
     """The entries of a workspace directory, sorted; deny-listed names are left out and counted."""
-    real = resolve_in_jail(ctx.workspace, path, ctx.vault)
-    if not real.is_dir():
-        if real.exists():
+    jailed = jail_path(ctx.workspace, path, ctx.vault)
+    if not jailed.real.is_dir():
+        if jailed.real.exists():
             raise ToolError(f"{path!r} is a file, not a directory; use read_file to read it")
         raise ToolError(f"no directory {path!r} in the workspace; list_dir('.') shows the root")
     try:
-        with os.scandir(real) as entries:
+        fd = open_jailed(jailed, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise _open_failed(path, exc) from None
+    try:
+        with os.scandir(fd) as entries:
             found = sorted(entries, key=lambda e: e.name)
+        shown = [e for e in found if is_denied(jailed.inside / e.name) is None]
+        # Entries of a descriptor's listing stat through it: describe them while it is open.
+        lines = [_describe(e) for e in shown[:LIST_CAP_ENTRIES]]
     except OSError as exc:
         raise ToolError(f"cannot list {path!r}: {exc.strerror}") from None
-    shown = [e for e in found if denied_name(e.name) is None]
+    finally:
+        os.close(fd)
     hidden = len(found) - len(shown)
-    lines = [_describe(e) for e in shown[:LIST_CAP_ENTRIES]]
     if len(shown) > LIST_CAP_ENTRIES:
         lines.append(f"…[{len(shown) - LIST_CAP_ENTRIES} more entries; list a subdirectory]")
     if hidden:

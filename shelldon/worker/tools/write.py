@@ -8,24 +8,28 @@ tool pins hooks, fsmonitor, editors and protocols through its environment, but f
 merge drivers are named by attributes and defined in repository config; refusing both halves
 means an approved write can never arm a later approved git call.
 
-The write itself goes to a temp file in the target's directory, is fsynced, then renamed over
-the target, and the directory is fsynced: a crash leaves the old file or the new one, never half
-of one. Directories are walked with ``O_NOFOLLOW`` from the workspace root, so a symlink swapped
-in after the jail check still cannot redirect the write.
+The path is resolved like every file tool's (a symlink that stays inside the workspace is
+followed, and its resolved target is what the deny list and the git rules judge), and the write
+goes to that resolved file: to a temp file in its directory, fsynced, then renamed over it, and
+the directory fsynced: a crash leaves the old file or the new one, never half of one. The
+directory is opened beneath the workspace with no symlink followed (``make_dirs_beneath``), so a
+symlink swapped in after the jail's judgement cannot redirect the write.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import stat
 import unicodedata
-from pathlib import Path, PurePath, PurePosixPath
+from pathlib import PurePath, PurePosixPath
 from typing import Any
 
 from shelldon.contracts import Tier, ToolDefinition
-from shelldon.worker.tools.jail import is_denied, resolve_in_jail
+from shelldon.worker.tools.beneath import make_dirs_beneath
+from shelldon.worker.tools.jail import jail_path
 from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
 
 WRITE_CAP_BYTES = 64 * 1024
@@ -50,31 +54,6 @@ def git_control_reason(
     return None
 
 
-def _open_dir_chain(root: Path, parts: tuple[str, ...]) -> int:
-    """Open the directory ``root/parts...`` one component at a time without following symlinks,
-    creating missing directories; return its descriptor."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for part in parts:
-            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-            try:
-                nxt = os.open(part, flags, dir_fd=fd)
-            except FileNotFoundError:
-                os.mkdir(part, 0o755, dir_fd=fd)
-                nxt = os.open(part, flags, dir_fd=fd)
-            except (NotADirectoryError, OSError) as exc:
-                raise ToolError(
-                    f"cannot write through {part!r}: it is a symlink or not a directory "
-                    f"({exc.strerror})"
-                ) from None
-            os.close(fd)
-            fd = nxt
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
 def _existing_mode(name: str, dir_fd: int) -> int:
     """The permission bits to give the new file: the old file's, or 0o644 for a new one."""
     try:
@@ -82,7 +61,10 @@ def _existing_mode(name: str, dir_fd: int) -> int:
     except FileNotFoundError:
         return 0o644
     if stat.S_ISLNK(info.st_mode):
-        raise ToolError(f"{name!r} is a symlink; write_file does not write through symlinks")
+        raise ToolError(
+            f"{name!r} is a symlink that does not resolve (a loop), or one that appeared after "
+            "the path was resolved; refused"
+        )
     if not stat.S_ISREG(info.st_mode):
         raise ToolError(f"{name!r} exists and is not a regular file; refused")
     if info.st_nlink > 1:
@@ -107,21 +89,29 @@ def write_file(ctx: ToolContext, path: str, content: str) -> str:
     requested = PurePosixPath(path)
     if not requested.name or requested.name in (".", ".."):
         raise ToolError(f"{path!r} names no file; give a path like 'notes/todo.txt'")
-    real = resolve_in_jail(ctx.workspace, path, ctx.vault)
-    if (ctx.workspace / path).is_symlink():
-        raise ToolError(f"{path!r} is a symlink; write_file does not write through symlinks")
-    root = Path(os.path.realpath(ctx.workspace))
-    inside = real.relative_to(root)
-    for problem in (git_control_reason(inside), is_denied(inside)):
-        if problem:
-            raise ToolError(problem)
+    jailed = jail_path(ctx.workspace, path, ctx.vault)
+    inside = jailed.inside
+    problem = git_control_reason(inside)
+    if problem:
+        raise ToolError(problem)
+    if not inside.name:
+        raise ToolError(f"{path!r} is the workspace itself; give a path like 'notes/todo.txt'")
     try:
-        dir_fd = _open_dir_chain(root, inside.parent.parts)
+        root_fd = os.open(jailed.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            dir_fd = make_dirs_beneath(root_fd, inside.parent)
+        finally:
+            os.close(root_fd)
         try:
             _replace(inside.name, data, dir_fd)
         finally:
             os.close(dir_fd)
     except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EXDEV):
+            raise ToolError(
+                f"cannot write {path!r}: a symlink or a file stands where a directory should be "
+                "(or the path changed while it was being opened); refused"
+            ) from None
         raise ToolError(f"cannot write {path!r}: {exc.strerror or exc}") from None
     return f"wrote {len(data)} bytes to {path}"
 

@@ -70,7 +70,7 @@ def test_traversal_is_refused(ws: Path, vault: Path, path: str) -> None:
     assert "'..'" in refused(ws, path, vault)
 
 
-# --- absolute paths (6) --------------------------------------------------------------------
+# --- absolute paths outside (7) ------------------------------------------------------------
 
 
 @pytest.mark.parametrize("path", ["/etc/passwd", "/", "//etc/passwd", "/tmp", "/dev/zero"])
@@ -78,11 +78,13 @@ def test_absolute_path_is_refused(ws: Path, vault: Path, path: str) -> None:
     assert "absolute" in refused(ws, path, vault)
 
 
-def test_absolute_path_to_a_file_inside_the_workspace_is_still_refused(
-    ws: Path, vault: Path
+def test_absolute_path_through_a_sibling_of_the_workspace_is_refused(
+    ws: Path, vault: Path, outside: Path
 ) -> None:
-    (ws / "a.txt").write_text("a")
-    assert "absolute" in refused(ws, str(ws / "a.txt"), vault)
+    # Absolute paths are allowed only where they start at the workspace; the rest is refused
+    # before anything outside is even looked at.
+    assert "absolute" in refused(ws, str(outside / "secret.txt"), vault)
+    assert "absolute" in refused(ws, f"{ws}/../outside/secret.txt", vault)
 
 
 # --- home directory (3) --------------------------------------------------------------------
