@@ -1,10 +1,10 @@
 """RISKY ``http_get``: fetch one http(s) URL through the SSRF guard, streaming a capped body.
 
 Every hop (the owner-approved URL and each redirect, at most five) is checked before anything
-connects: scheme, no credentials, the host normalized, every address it resolves to judged by
-``AddressPolicy``. The connection is then pinned to exactly those checked addresses through a
-resolver that knows nothing else, so a second DNS answer (rebinding) cannot swap the target.
-The body is read in chunks up to a byte cap and never decompressed (no zip bombs).
+connects: no control characters (refused, never repaired the way URL parsers do), scheme, no
+credentials, the host normalized, every address it resolves to judged by ``AddressPolicy``.
+The connection is then pinned to exactly those checked addresses through a resolver that
+knows nothing else, so a second DNS answer (rebinding) cannot swap the target. The body is read in chunks up to a byte cap and never decompressed (no zip bombs).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import functools
 import ipaddress
+import re
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -51,6 +52,27 @@ Resolve = Callable[[str, int], Awaitable[list[IPAddress]]]
 
 class FetchRefused(Exception):
     """A fetch the guard or the network refused; the message says which hop and why."""
+
+
+# URL parsers silently drop TAB, CR and LF (WHATWG) and percent-encode NUL, so a URL that
+# splits differently in the owner's approval text and in the request would be repaired and
+# fetched; it is refused instead, as are the other C0 and C1 controls and DEL.
+_CONTROL_NAMES = {"\t": "TAB", "\n": "LF", "\r": "CR", "\x00": "NUL"}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def refuse_control_characters(url: str, what: str = "the URL") -> None:
+    """Raise ``FetchRefused`` naming the first control character in ``url`` and where it is."""
+    found = _CONTROL.search(url)
+    if found is None:
+        return
+    char = found.group()
+    name = _CONTROL_NAMES.get(char, f"U+{ord(char):04X}")
+    raise FetchRefused(
+        f"{what} contains a control character ({name} at position {found.start()}); URLs with "
+        "CR, LF, TAB, NUL or other control characters are refused, not repaired: send the URL "
+        "without it"
+    )
 
 
 async def system_resolve(host: str, port: int) -> list[IPAddress]:
@@ -180,6 +202,7 @@ async def fetch(
     from yarl import URL
 
     deadline = time.monotonic() + timeout_s
+    refuse_control_characters(url)
     try:
         current = URL(url)
     except (ValueError, TypeError) as exc:
@@ -198,6 +221,7 @@ async def fetch(
         location, result = await _one_hop(target, hop, max_bytes, remaining)
         if result is not None:
             return result
+        refuse_control_characters(location, f"redirect {hop + 1}'s Location")
         try:
             current = current.join(URL(location))
         except (ValueError, TypeError) as exc:
