@@ -4,7 +4,8 @@ Every hop (the owner-approved URL and each redirect, at most five) is checked be
 connects: no control characters (refused, never repaired the way URL parsers do), scheme, no
 credentials, the host normalized, every address it resolves to judged by ``AddressPolicy``.
 The connection is then pinned to exactly those checked addresses through a resolver that
-knows nothing else, so a second DNS answer (rebinding) cannot swap the target. The body is read in chunks up to a byte cap and never decompressed (no zip bombs).
+knows nothing else, so a second DNS answer (rebinding) cannot swap the target. The body is read
+in chunks up to a byte cap and never decompressed (no zip bombs).
 """
 
 from __future__ import annotations
