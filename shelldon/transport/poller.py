@@ -18,7 +18,13 @@ import structlog
 
 from shelldon.contracts import Decision, InboundMessage
 from shelldon.transport.telegram import BadRequest, BotApi, RetryPolicy, Sleep, TelegramError
-from shelldon.transport.updates import Rejected, UpdateRules, parse_update, update_id_of
+from shelldon.transport.updates import (
+    Rejected,
+    UpdateRules,
+    offset_past,
+    parse_update,
+    update_id_of,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -95,8 +101,9 @@ class Poller:
         and waited out with growing backoff: the pet keeps polling through an outage, and
         registers its commands once Telegram is reachable. A fatal ``TelegramError`` (already
         logged once as ``telegram.fatal``) is raised for the caller to exit with its
-        ``exit_status``; an exception from the handoff or the ledger is raised too, and the
-        update it concerned stays unconfirmed, so a restart sees it again.
+        ``exit_status``. An update that cannot be stored (the handoff or the ledger raises) or
+        that has no usable ``update_id`` is logged and dropped, and confirmed like any other:
+        one bad update never stops the pet, nor comes back at every restart.
         """
         commands_pending = True
         failures = 0
@@ -137,7 +144,15 @@ class Poller:
         for raw in updates:
             update_id = update_id_of(raw)
             if update_id is None:
-                log.warning("telegram.update_without_id_dropped")
+                # Logged and confirmed, so a server that sends it cannot make the pet poll it
+                # forever; only the id's type and length are logged, never the update.
+                raw_id = raw.get("update_id") if isinstance(raw, dict) else None
+                log.warning(
+                    "telegram.update_without_id_dropped",
+                    id_type=type(raw_id).__name__,
+                    id_digits=len(str(raw_id)) if type(raw_id) is int else None,
+                )
+                self._offset = offset_past(self._offset, raw)
                 continue
             if self._offset is not None and update_id < self._offset:
                 continue
@@ -147,11 +162,24 @@ class Poller:
 
     async def _take(self, update_id: int, raw: object) -> None:
         parsed = parse_update(raw, self._rules)
+        try:
+            callback_id, notice = await self._store(update_id, parsed)
+        except Exception:
+            # One update that cannot be stored must not stop the pet (unconfirmed, it would
+            # come back at every restart and crash it again): log it, drop it, and go on; the
+            # caller confirms it with the next offset.
+            log.exception("telegram.update_not_stored", update_id=update_id)
+            callback_id, notice = _callback_id(parsed), None
+        await self._answer(callback_id, notice)
+
+    async def _store(
+        self, update_id: int, parsed: InboundMessage | Decision | Rejected
+    ) -> tuple[str, str | None]:
+        """Hand ``parsed`` off and record ``update_id``; return the tap to answer and how."""
         if self._ledger.is_processed(update_id):
             log.info("telegram.duplicate_update_skipped", update_id=update_id)
             # The crash that re-delivered it may have come before the tap was answered.
-            await self._answer(_callback_id(parsed), None)
-            return
+            return _callback_id(parsed), None
         if isinstance(parsed, Rejected):
             log.warning(
                 "telegram.update_dropped",
@@ -160,21 +188,10 @@ class Poller:
                 reason=parsed.reason,
             )
             self._ledger.mark_processed(update_id)
-            notice = INVALID_BUTTON_NOTICE if parsed.from_owner else None
-            await self._answer(parsed.callback_id, notice)
-            return
-        try:
-            notice = await self._handoff(parsed)
-        except Exception:
-            # One update that cannot be stored must not stop the pet (it would come back at
-            # every restart): log it, confirm it, and go on.
-            log.exception("telegram.handoff_failed", update_id=update_id)
-            self._ledger.mark_processed(update_id)
-            await self._answer(_callback_id(parsed), None)
-            return
+            return parsed.callback_id, INVALID_BUTTON_NOTICE if parsed.from_owner else None
+        notice = await self._handoff(parsed)
         self._ledger.mark_processed(update_id)
-        if isinstance(parsed, Decision):
-            await self._answer(parsed.callback_id, notice)
+        return _callback_id(parsed), notice if isinstance(parsed, Decision) else None
 
     async def _answer(self, callback_id: str, text: str | None) -> None:
         if not callback_id:

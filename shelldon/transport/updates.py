@@ -44,9 +44,14 @@ class Rejected:
 Parsed = InboundMessage | Decision | Rejected
 
 
+# What sqlite's INTEGER (and msgpack's signed ints) can hold: every id the pet stores or
+# forwards must fit, whatever a broken or hostile server sends.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
 def _int(value: Any) -> int | None:
     # bool is an int in Python, never an id in Telegram.
-    return value if type(value) is int else None
+    return value if type(value) is int and INT64_MIN <= value <= INT64_MAX else None
 
 
 def _dict(value: Any) -> dict[str, Any] | None:
@@ -54,12 +59,28 @@ def _dict(value: Any) -> dict[str, Any] | None:
 
 
 def update_id_of(raw: object) -> int | None:
-    """The update's ``update_id``, or None when the update has no usable one."""
+    """The update's ``update_id``, or None when the update has no usable one (not an int, or
+    outside 0..2**63-1, which sqlite could not store)."""
     update = _dict(raw)
     if update is None:
         return None
     update_id = _int(update.get("update_id"))
     return update_id if update_id is not None and update_id >= 0 else None
+
+
+def offset_past(offset: int | None, raw: object) -> int:
+    """The next getUpdates offset once ``raw``, an update without a usable id, is dropped.
+
+    Telegram confirms every update whose id is below the offset, so an int id however large
+    is confirmed by going one past it; anything else (a negative or non-int id, no id at all)
+    sits below any offset >= 0, which the next poll then sends.
+    """
+    update = _dict(raw)
+    raw_id = update.get("update_id") if update is not None else None
+    floor = 0 if offset is None else offset
+    if type(raw_id) is int and raw_id >= floor:
+        return raw_id + 1
+    return floor
 
 
 def _sender(holder: dict[str, Any]) -> int | None:

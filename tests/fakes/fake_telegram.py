@@ -556,4 +556,5 @@ def _as_int(value: Any) -> int | None:
 
 def _uid(update: dict[str, Any]) -> int:
     uid = update.get("update_id")
-    return uid if isinstance(uid, int) else -1
+    # JSON true is not a number: like any non-number id it sits below every offset.
+    return uid if type(uid) is int else -1

@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 
 from shelldon.contracts import Decision, InboundMessage
 from shelldon.transport.approvals import approval_callback_data, callback_key
-from shelldon.transport.updates import Rejected, UpdateRules, parse_update, update_id_of
+from shelldon.transport.updates import (
+    Rejected,
+    UpdateRules,
+    offset_past,
+    parse_update,
+    update_id_of,
+)
 from tests.fakes.fake_telegram import TEST_TOKEN
 
 OWNER = 7
@@ -99,6 +105,30 @@ def test_owner_tap_with_forged_data_is_rejected_but_answerable() -> None:
 def test_bool_is_not_an_id() -> None:
     assert isinstance(parse_update(message(True), UpdateRules.of([1], KEY)), Rejected)
     assert update_id_of(message(OWNER, uid=True)) is None
+
+
+def test_an_update_id_is_usable_only_where_sqlite_can_store_it() -> None:
+    assert update_id_of(message(OWNER, uid=2**63 - 1)) == 2**63 - 1
+    assert update_id_of(message(OWNER, uid=0)) == 0
+    for bad in (2**63, 2**64, -1, -(2**63) - 1, 1.0, "5", None):
+        assert update_id_of(message(OWNER, uid=bad)) is None
+        assert isinstance(parse_update(message(OWNER, uid=bad), RULES), Rejected)
+
+
+def test_ids_past_64_bits_are_not_ids() -> None:
+    # A sender or chat id that cannot be stored or sent back is no owner.
+    huge = message(OWNER)
+    huge["message"]["from"]["id"] = 2**64 + OWNER
+    assert isinstance(parse_update(huge, UpdateRules.of([2**64 + OWNER], KEY)), Rejected)
+
+
+def test_offset_past_confirms_a_dropped_update() -> None:
+    assert offset_past(None, message(OWNER, uid=2**64)) == 2**64 + 1
+    assert offset_past(1005, message(OWNER, uid=2**64)) == 2**64 + 1
+    assert offset_past(None, message(OWNER, uid="12")) == 0
+    assert offset_past(1005, message(OWNER, uid=-7)) == 1005
+    assert offset_past(1005, message(OWNER, uid=True)) == 1005
+    assert offset_past(None, "not an update") == 0
 
 
 def test_unknown_update_kind_is_rejected_with_its_id() -> None:
