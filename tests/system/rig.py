@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import subprocess
 import threading
 import time
@@ -115,14 +116,18 @@ def events(lines: list[str], name: str | None = None) -> list[dict[str, Any]]:
 
 
 def cgroup_pids(root: Path = CGROUP) -> dict[int, str]:
-    """Every process anywhere in the unit's cgroup subtree: pid → cgroup path below the unit."""
+    """Every process anywhere in the unit's cgroup subtree: pid → cgroup path below the unit.
+    Cgroups that vanish while it looks (a turn ending) are skipped, not an error."""
     found: dict[int, str] = {}
-    if not root.exists():
-        return found
-    for procs in root.rglob("cgroup.procs"):
-        with contextlib.suppress(OSError):
-            for raw in procs.read_text().split():
-                found[int(raw)] = str(procs.parent.relative_to(root)) or "."
+    for dirpath, _dirs, files in os.walk(root):  # os.walk skips what it cannot list
+        if "cgroup.procs" not in files:
+            continue
+        try:
+            raw = (Path(dirpath) / "cgroup.procs").read_text().split()
+        except OSError:
+            continue
+        where = str(Path(dirpath).relative_to(root))
+        found.update(dict.fromkeys(map(int, raw), where))
     return found
 
 
