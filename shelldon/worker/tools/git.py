@@ -4,8 +4,9 @@ Two layers. ``check_git_args`` decides on the argument list alone: the first wor
 allowlisted subcommand (so no global flags at all: ``-c``, ``-C``, ``--git-dir``, ``-p``...);
 options that run programs, redirect the repository or read and write files outside the
 workspace are refused anywhere, including the abbreviations git accepts (``--upload-pa``) and
-their ``=value`` forms (``rev-parse --git-dir``, which only prints, is the one exact exception); transport-helper URLs (``ext::``, ``fd::``, any ``name::address``) are
-refused; path-shaped arguments must stay in the workspace.
+their ``=value`` forms (``rev-parse --git-dir``, which only prints, is the one exact
+exception); transport-helper URLs (``ext::``, ``fd::``, any ``name::address``) are refused;
+path-shaped arguments must stay in the workspace.
 
 ``git_env`` then runs git with an environment of its own choosing: no ``GIT_*`` variable from
 outside, no system or global config, and command-line-scope config (``GIT_CONFIG_COUNT``, which
