@@ -5,7 +5,7 @@ A restricted namespace, not a sandbox: it makes the common escapes fail closed. 
 * ``check_expression`` (in the calling process) parses in eval mode — a statement or an import
   is a syntax error — and walks the tree: no identifier starting with ``_`` (after NFKC
   normalisation), only the public attributes of built-in values (never ``format`` /
-  ``format_map``, frames, code objects, generator or traceback internals, ``mro``), and
+  ``format_map``, frames, code objects, generator or traceback internals), and
   ``type()`` with one argument only. Names resolve against ``SAFE_BUILTINS`` alone.
 * ``evaluate_bounded`` compiles, evaluates and renders (``repr``) the expression in a
   short-lived forked child under RLIMIT_AS / RLIMIT_CPU, killed with SIGKILL at the wall-clock
@@ -37,12 +37,12 @@ log = structlog.get_logger(__name__)
 # Longer input is not "one expression" a model needs, and it bounds the parser's work.
 MAX_EXPRESSION_CHARS = 4000
 
-# Attributes that reach interpreter internals (frames, code, generators, tracebacks, the class
-# graph) or run field lookups inside a string (str.format's "{0.__class__}" getattr trick).
-# None starts with "_", so the underscore rule alone would miss them.
+# Attributes that reach interpreter internals (frames, code, generators, tracebacks) or run
+# field lookups inside a string (str.format's "{0.__class__}" getattr trick). None starts with
+# "_", so the underscore rule alone would miss them.
 FORBIDDEN_ATTRIBUTES = frozenset(
     {
-        "format", "format_map", "mro",
+        "format", "format_map",
         "gi_frame", "gi_code", "gi_yieldfrom", "gi_running", "gi_suspended",
         "cr_frame", "cr_code", "cr_await", "cr_origin", "cr_running", "cr_suspended",
         "ag_frame", "ag_code", "ag_await", "ag_running",
@@ -62,10 +62,13 @@ _VALUE_TYPES: tuple[type, ...] = (
     str, bytes, int, float, complex, bool, list, tuple, dict, set, frozenset, range, slice,
     type({}.keys()), type({}.values()), type({}.items()), type(None),
 )  # fmt: skip
+# ``mro`` is a method of classes (dir() of a class leaves it out). It hands back only classes an
+# expression already reaches through type() plus ``object``, whose every attribute starts with
+# "_", so the old ``object.__subclasses__()`` walk is still refused by the underscore rule.
 ALLOWED_ATTRIBUTES = (
     frozenset(name for t in (*_VALUE_TYPES, math) for name in dir(t) if not name.startswith("_"))
-    - FORBIDDEN_ATTRIBUTES
-)
+    | {"mro"}
+) - FORBIDDEN_ATTRIBUTES
 
 
 def _type_of(obj: object) -> type:
@@ -111,7 +114,7 @@ def _refuse_attribute(attr: str) -> None:
     if name in FORBIDDEN_ATTRIBUTES:
         raise ToolError(
             f"python_eval refused: attribute {name!r} reaches interpreter internals "
-            "(frames, code, generators, tracebacks or the class graph)"
+            "(frames, code, generators or tracebacks)"
         )
     if name not in ALLOWED_ATTRIBUTES:
         raise ToolError(
