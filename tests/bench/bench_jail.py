@@ -7,9 +7,11 @@ Run: .venv/bin/python tests/bench/bench_jail.py [--tries N] [--seconds S] [--run
    while this process calls ``read_file('d/notes.txt')``, ``list_dir('d')`` and
    ``write_file('d/new.txt')`` N times each; an escape is a read of the outside file, a listing
    of the outside directory, or a write that lands outside. The guard alone: no Landlock.
+   The same again in a forked child whose seccomp filter refuses openat2 (the walk).
 2. cost: ``read_file`` of a small file two directories deep, per call in µs (best batch), on the
    default path (openat2) and on the O_NOFOLLOW walk it falls back to where openat2 is refused
-   (measured in a forked child whose seccomp filter answers openat2 with EPERM).
+   (measured in a forked child whose seccomp filter answers openat2 with EPERM); and the open
+   step alone, three components deep: by absolute path (the old way), openat2, the walk.
 
 The script only uses the tools' public functions, so it also measures an older checkout: copy
 it and ``tests/unit/tools/races.py`` into that tree and run it there.
@@ -18,6 +20,7 @@ it and ``tests/unit/tools/races.py`` into that tree and run it there.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import errno
 import os
@@ -101,7 +104,34 @@ def read_cost(runs: int) -> float:
         return per_call_us(lambda: read_file(ctx, "notes/2026/todo.txt"), runs)
 
 
-def in_child_without_openat2(fn: Callable[[], float]) -> float | None:
+def open_costs(runs: int) -> dict[str, float] | None:
+    """µs per open of ``notes/2026/todo.txt`` alone: by path (the old way), openat2, the walk."""
+    try:
+        from shelldon.worker.tools.beneath import _openat2, walk_beneath
+    except ImportError:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "notes" / "2026").mkdir(parents=True)
+        (root / "notes" / "2026" / "todo.txt").write_text("x")
+        path = str(root / "notes" / "2026" / "todo.txt")
+        fd = os.open(root, os.O_PATH | os.O_DIRECTORY)
+        flags = os.O_RDONLY | os.O_NOFOLLOW
+        try:
+            return {
+                "os.open(realpath)": per_call_us(lambda: os.close(os.open(path, flags)), runs),
+                "openat2": per_call_us(
+                    lambda: os.close(_openat2(fd, "notes/2026/todo.txt", os.O_RDONLY, 0)), runs
+                ),
+                "walk": per_call_us(
+                    lambda: os.close(walk_beneath(fd, "notes/2026/todo.txt", os.O_RDONLY)), runs
+                ),
+            }
+        finally:
+            os.close(fd)
+
+
+def in_child_without_openat2(fn: Callable[[], object]) -> object | None:
     """``fn()`` in a forked child whose seccomp filter refuses openat2; None on a checkout
     that has no openat2 path to fall back from."""
     try:
@@ -125,7 +155,7 @@ def in_child_without_openat2(fn: Callable[[], float]) -> float | None:
     with os.fdopen(read_end) as src:
         text = src.read()
     os.waitpid(pid, 0)
-    return float(text) if text else None
+    return ast.literal_eval(text) if text else None
 
 
 def main() -> None:
@@ -135,11 +165,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5000)
     args = parser.parse_args()
     for name, (done, escapes) in race(args.tries, args.seconds).items():
-        print(f"{name:10} under the swap race: {escapes} escapes in {done} tries")
+        print(f"{name:10} under the swap race: {escapes} escapes in {done} tries (default path)")
+    walked = in_child_without_openat2(lambda: race(args.tries, args.seconds))
+    if isinstance(walked, dict):
+        for name, (done, escapes) in walked.items():
+            print(f"{name:10} under the swap race: {escapes} escapes in {done} tries (walk)")
     print(f"read_file per call: {read_cost(args.runs):.1f} µs (default path)")
     walk = in_child_without_openat2(lambda: read_cost(args.runs))
-    if walk is not None:
+    if isinstance(walk, float):
         print(f"read_file per call: {walk:.1f} µs (openat2 refused: the O_NOFOLLOW walk)")
+    for name, cost in (open_costs(args.runs) or {}).items():
+        print(f"the open alone, {name}: {cost:.2f} µs")
 
 
 if __name__ == "__main__":
