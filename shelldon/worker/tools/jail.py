@@ -90,7 +90,7 @@ DENY_RULES: tuple[DenyRule, ...] = (
     _rule("docker-config", ".dockercfg holds registry logins", ".dockercfg"),
     _rule("kube-config", ".kube/config holds cluster credentials", "config", parents=(".kube",)),
     DenyRule("kube-config", "kubeconfig files hold cluster credentials",
-             pattern=re.compile(r"(^|[._-])kubeconfig([._-]|$)")),
+             pattern=re.compile(r"(^|[._-])kubeconfig(\.ya?ml|\.json|[-_][\w-]+)?$")),
     _rule("cargo-credentials", "cargo's registry tokens", "credentials", "credentials.toml",
           parents=(".cargo",)),
     _rule("gem-credentials", "RubyGems' API key", "credentials", parents=(".gem",)),

@@ -46,6 +46,8 @@ CREDENTIAL_FILES = [
     ("deploy/kubeconfig", "kube-config"),
     ("prod.kubeconfig.yaml", "kube-config"),
     ("kubeconfig-staging", "kube-config"),
+    ("clusters/prod-kubeconfig.yml", "kube-config"),
+    ("kubeconfig.json", "kube-config"),
     (".cargo/credentials.toml", "cargo-credentials"),
     (".cargo/credentials", "cargo-credentials"),
     (".gem/credentials", "gem-credentials"),

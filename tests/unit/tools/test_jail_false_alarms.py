@@ -47,6 +47,8 @@ ORDINARY_NAMES = [
     ".config/app/settings.toml",
     "config.json",
     "credentials.md",
+    "docs/kubeconfig.md",
+    "kubeconfig-guide.txt",
     "netrc.md",
     "envrc.example.md",
     ".sshrc",
