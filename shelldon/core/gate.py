@@ -1,30 +1,24 @@
 """The gate: LLM-free checks a staged tool must pass before the owner is asked to promote it.
 
-Three checks, every finding reported at once (smolagents' tool_validation style):
-
-1. imports (AST, both files): no LLM SDK and no ``shelldon`` — ``import x``, ``from x import y``,
-   ``__import__("x")``, ``importlib.import_module("x")``, ``importlib.__import__("x")``, also
-   through aliases and literal ``exec``/``eval`` strings. A computed module name cannot be
-   checked: it is listed in ``dynamic_imports`` for the owner to read, not refused.
-2. convention (AST, the tool): ``def run``, ``DESCRIPTION`` a string literal, ``PARAMS_SCHEMA`` a
-   JSON-schema object literal (``shelldon.core.manifest.read_declaration``).
-3. pytest in a subprocess, only when 1 and 2 found nothing (a known-bad module is never run):
+1. the static half, by AST (``shelldon.core.gate_scan``): no LLM SDK and no ``shelldon`` imported
+   by the tool or its test, and the tool's convention (``run``, ``DESCRIPTION``,
+   ``PARAMS_SCHEMA``); every finding at once;
+2. pytest in a subprocess, only when 1 found nothing (a known-bad module is never run):
    ``python -S -m pytest`` (no site, so no ``.pth`` hooks) with cwd = the staging dir, plugin
    autoload off, an empty ini of our own (the project's addopts never leak in), no conftest, no
    cache, a sanitized environment with no secrets, its own session (process group),
-   RLIMIT_AS/RLIMIT_CPU, a wall-clock timeout that kills the group, and the combined output
-   captured and capped (head and tail kept). A probe plugin counts outcomes and watches (with
-   ``sys.setprofile``) whether a passing test called the tool's module-level ``run``.
+   RLIMIT_AS/RLIMIT_CPU, the kernel sandbox, a wall-clock timeout that kills the group, and the
+   combined output captured and capped (head and tail kept). The probe plugin
+   (``shelldon.core.gate_probe``, copied into the run) counts outcomes and whether a passing
+   test called the tool's ``run``.
 
-The probe runs inside the process it observes, so a hostile test could forge its report: the gate
-catches mistakes, the owner's review of the code is the safety boundary. ``start_gate`` returns
-a ``GateRun`` an actor can watch without blocking (``fd``, ``deadline``, ``poll()``);
-``run_gate`` waits for it.
+``start_gate`` returns a ``GateRun`` an actor can watch without blocking (``fd``, ``deadline``,
+``poll()``); ``run_gate`` waits for it. An interpreter without pytest is reported as such
+(``GateReport.unavailable``), never as a fault of the tool.
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import errno
 import functools
@@ -49,13 +43,15 @@ import structlog
 
 from shelldon.config import LimitsSettings, SandboxSettings
 from shelldon.core import sandbox
+from shelldon.core.gate_scan import StaticScan, static_checks
 from shelldon.core.limits import ProcessLimits, preexec_with_limits
-from shelldon.core.manifest import code_hash, parse_module, read_declaration
+from shelldon.core.manifest import code_hash
 
 log = structlog.get_logger(__name__)
 
-FORBIDDEN_MODULES = ("openai", "anthropic", "google", "litellm", "zhipuai", "ollama", "shelldon")
-"""Top-level modules a self-coded tool (or its test) may not import: LLM SDKs and shelldon."""
+
+PROBE_FILE = Path(__file__).with_name("gate_probe.py")
+"""The pytest plugin the gate loads into each run (a copy, under ``PROBE_MODULE``)."""
 
 PROBE_MODULE = "_shelldon_gate_probe"
 # A leading underscore: no tool stem can take this module name (stems never start with "_").
@@ -71,19 +67,6 @@ _UNUSED_PLUGINS = (
     "setupplan",
     "stepwise",
     "terminalprogress",
-)
-
-_LOADER_CALLS = frozenset(
-    {
-        "spec_from_file_location",
-        "module_from_spec",
-        "exec_module",
-        "load_module",
-        "SourceFileLoader",
-        "run_path",
-        "run_module",
-        "find_spec",
-    }
 )
 
 
@@ -126,258 +109,6 @@ class GateReport:
     timed_out: bool = False
     # The gate could not judge the tool (its own install is broken): not the code's fault.
     unavailable: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class StaticScan:
-    """What the AST checks found: refusals (``findings``) and unverifiable dynamic imports."""
-
-    findings: tuple[str, ...] = ()
-    dynamic_imports: tuple[str, ...] = ()
-
-
-def _forbidden(module: str) -> bool:
-    return module.split(".", 1)[0] in FORBIDDEN_MODULES
-
-
-def _refusal(where: str, module: str) -> str:
-    return (
-        f"{where}: imports {module!r}: self-coded tools may not import an LLM SDK "
-        f"({', '.join(FORBIDDEN_MODULES[:-1])}) or shelldon; do the work with the standard "
-        "library and return text"
-    )
-
-
-@dataclass(slots=True)
-class _Aliases:
-    """Names that, in this module, mean importlib, builtins or an import function."""
-
-    importlib: set[str] = field(default_factory=lambda: {"importlib"})
-    builtins: set[str] = field(default_factory=lambda: {"builtins", "__builtins__"})
-    import_funcs: set[str] = field(default_factory=lambda: {"__import__"})
-
-
-def _collect_aliases(tree: ast.AST) -> _Aliases:
-    aliases = _Aliases()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                bound = a.asname or a.name.split(".", 1)[0]
-                if a.name == "importlib" or (a.name.startswith("importlib.") and not a.asname):
-                    aliases.importlib.add(bound)
-                elif a.name == "builtins":
-                    aliases.builtins.add(bound)
-        elif isinstance(node, ast.ImportFrom) and node.module in ("importlib", "builtins"):
-            for a in node.names:
-                if a.name in ("import_module", "__import__"):
-                    aliases.import_funcs.add(a.asname or a.name)
-    return aliases
-
-
-class _ImportScanner(ast.NodeVisitor):
-    """Walks one module and records forbidden and unverifiable imports with line numbers."""
-
-    def __init__(self, filename: str, aliases: _Aliases, depth: int = 0) -> None:
-        self.filename = filename
-        self.aliases = aliases
-        self.depth = depth
-        self.findings: list[str] = []
-        self.dynamic: list[str] = []
-        self._called: set[int] = set()
-
-    def _where(self, node: ast.AST) -> str:
-        return f"{self.filename}:{getattr(node, 'lineno', '?')}"
-
-    def _unverifiable(self, node: ast.AST, why: str) -> None:
-        snippet = ast.unparse(node)
-        if len(snippet) > 80:
-            snippet = snippet[:77] + "..."
-        self.dynamic.append(f"{self._where(node)}: {snippet} — {why}")
-
-    def visit_Import(self, node: ast.Import) -> None:
-        for a in node.names:
-            if _forbidden(a.name):
-                self.findings.append(_refusal(self._where(node), a.name))
-
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        if node.level:
-            self.findings.append(
-                f"{self._where(node)}: relative import: a tool is a single module, import "
-                "standard-library modules by their absolute name"
-            )
-        elif node.module and _forbidden(node.module):
-            self.findings.append(_refusal(self._where(node), node.module))
-
-    def _is_import_call(self, func: ast.expr) -> bool:
-        if isinstance(func, ast.Name):
-            return func.id in self.aliases.import_funcs
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-            base = func.value.id
-            return (
-                base in self.aliases.importlib and func.attr in ("import_module", "__import__")
-            ) or (base in self.aliases.builtins and func.attr == "__import__")
-        return False
-
-    def _check_dynamic_import(self, node: ast.Call) -> None:
-        target: ast.expr | None = node.args[0] if node.args else None
-        for kw in node.keywords:
-            if kw.arg == "name":
-                target = kw.value
-        if isinstance(target, ast.Constant) and isinstance(target.value, str):
-            name = target.value
-            if name.startswith("."):
-                self._unverifiable(node, "a relative dynamic import")
-            elif _forbidden(name):
-                self.findings.append(_refusal(self._where(node), name))
-        else:
-            self._unverifiable(node, "the module name is computed at run time")
-
-    def _check_code_string(self, node: ast.Call, name: str) -> None:
-        arg = node.args[0] if node.args else None
-        if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)) or self.depth > 2:
-            self._unverifiable(node, f"{name}() runs code the gate cannot read")
-            return
-        try:
-            inner = ast.parse(arg.value, mode="exec")
-        except (SyntaxError, ValueError):
-            return  # exec of an unparsable literal raises at run time; nothing gets imported
-        sub = _ImportScanner(f"{self._where(node)} ({name} string)", self.aliases, self.depth + 1)
-        sub.visit(inner)
-        self.findings.extend(sub.findings)
-        self.dynamic.extend(sub.dynamic)
-
-    def visit_Call(self, node: ast.Call) -> None:
-        func = node.func
-        if self._is_import_call(func):
-            self._called.add(id(func))
-            self._check_dynamic_import(node)
-        elif isinstance(func, ast.Name) and func.id in ("exec", "eval", "compile"):
-            self._check_code_string(node, func.id)
-        elif isinstance(func, ast.Name) and func.id == "getattr" and len(node.args) >= 2:
-            attr = node.args[1]
-            if not isinstance(attr, ast.Constant) or attr.value in ("__import__", "import_module"):
-                self._unverifiable(node, "getattr can reach an import function")
-        else:
-            last = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            if last in _LOADER_CALLS:
-                self._unverifiable(node, "loads a module by path, the gate cannot see which")
-        self.generic_visit(node)
-
-    def visit_Name(self, node: ast.Name) -> None:
-        if node.id in self.aliases.import_funcs and id(node) not in self._called:
-            self._unverifiable(node, "a reference to an import function")
-
-    def visit_Attribute(self, node: ast.Attribute) -> None:
-        if node.attr in ("__import__", "import_module") and id(node) not in self._called:
-            self._unverifiable(node, "a reference to an import function")
-        self.generic_visit(node)
-
-    def visit_Subscript(self, node: ast.Subscript) -> None:
-        key = node.slice
-        if isinstance(key, ast.Constant) and key.value in ("__import__", "import_module"):
-            self._unverifiable(node, "a lookup of an import function")
-        self.generic_visit(node)
-
-
-def scan_imports(tree: ast.Module, filename: str) -> StaticScan:
-    """Forbidden imports (refused) and computed ones (listed) in one parsed module."""
-    scanner = _ImportScanner(filename, _collect_aliases(tree))
-    scanner.visit(tree)
-    return StaticScan(tuple(scanner.findings), tuple(scanner.dynamic))
-
-
-def static_checks(stem: str, code: str, test: str) -> StaticScan:
-    """The AST half of the gate over the tool and its test: every finding at once."""
-    findings: list[str] = []
-    dynamic: list[str] = []
-    for filename, source, is_tool in ((f"{stem}.py", code, True), (f"test_{stem}.py", test, False)):
-        tree, error = parse_module(source, filename)
-        if tree is None:
-            findings.append(error)
-            continue
-        scan = scan_imports(tree, filename)
-        findings.extend(scan.findings)
-        dynamic.extend(scan.dynamic_imports)
-        if is_tool:
-            _decl, problems = read_declaration(tree)
-            findings.extend(f"{filename}: {p}" for p in problems)
-    return StaticScan(tuple(findings), tuple(dynamic))
-
-
-_PROBE_SOURCE = '''\
-"""shelldon gate probe: counts test outcomes and whether a passing test called the tool's run."""
-import json
-import os
-import sys
-import sysconfig
-import threading
-
-import pytest
-
-_TOOL = os.path.realpath(os.environ["SHELLDON_GATE_TOOL"])
-_REPORT = os.environ["SHELLDON_GATE_REPORT"]
-_files = {}
-_called = [False]
-_counts = {
-    "collected": 0,
-    "collect_errors": 0,
-    "passed": 0,
-    "failed": 0,
-    "skipped": 0,
-    "passed_calling_run": 0,
-}
-
-
-def _profile(frame, event, arg):
-    if event == "call":
-        code = frame.f_code
-        if code.co_qualname == "run":
-            hit = _files.get(code.co_filename)
-            if hit is None:
-                hit = _files[code.co_filename] = os.path.realpath(code.co_filename) == _TOOL
-            if hit:
-                _called[0] = True
-
-
-def pytest_collectreport(report):
-    if report.failed:
-        _counts["collect_errors"] += 1
-
-
-def pytest_collection_finish(session):
-    _counts["collected"] = len(session.items)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    _called[0] = False
-    sys.setprofile(_profile)
-    threading.setprofile(_profile)
-    try:
-        return (yield)
-    finally:
-        sys.setprofile(None)
-        threading.setprofile(None)
-
-
-def pytest_runtest_logreport(report):
-    if report.failed:
-        _counts["failed"] += 1
-    elif report.skipped and report.when in ("setup", "call"):
-        _counts["skipped"] += 1
-    elif report.when == "call" and report.passed:
-        _counts["passed"] += 1
-        if _called[0]:
-            _counts["passed_calling_run"] += 1
-
-
-def pytest_sessionfinish(session, exitstatus):
-    _counts["exitstatus"] = int(exitstatus)
-    tmp = _REPORT + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(_counts, fh)
-    os.replace(tmp, _REPORT)
-'''
 
 
 class _Output:
@@ -489,7 +220,7 @@ class GateRun:
     def _launch(self, staging: Path, tool: Path, test: Path) -> None:
         private = Path(tempfile.mkdtemp(prefix=".gate-", dir=staging))
         self._private = private
-        (private / f"{PROBE_MODULE}.py").write_text(_PROBE_SOURCE, encoding="utf-8")
+        shutil.copyfile(PROBE_FILE, private / f"{PROBE_MODULE}.py")
         ini = private / "gate.ini"
         ini.write_text("[pytest]\n", encoding="utf-8")
         env = {

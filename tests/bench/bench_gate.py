@@ -24,7 +24,8 @@ import structlog
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from shelldon.core.gate import _UNUSED_PLUGINS, static_checks  # noqa: E402
+from shelldon.core.gate import _UNUSED_PLUGINS  # noqa: E402
+from shelldon.core.gate_scan import static_checks  # noqa: E402
 from shelldon.core.selfcode import SelfCode  # noqa: E402
 from tests.unit.selfcode.samples import ADDER, ADDER_TEST  # noqa: E402
 

@@ -13,7 +13,7 @@ import ast
 
 import pytest
 
-from shelldon.core.gate import scan_imports, static_checks
+from shelldon.core.gate_scan import scan_imports, static_checks
 from shelldon.core.manifest import read_declaration
 
 from .samples import ADDER, ADDER_TEST, tool
