@@ -82,6 +82,9 @@ def _serve(
     settings.workspace.mkdir(parents=True, exist_ok=True)
     from shelldon.core import sandbox
 
+    # Under systemd's Delegate=yes: the service moves into a leaf so turns get cgroups. First,
+    # so that the layers logged next say what turns really get.
+    sandbox.prepare_delegated_cgroup()
     try:
         # Logs each confinement layer; in "required" mode a missing one stops us here.
         sandbox.check_required(settings)
@@ -89,8 +92,6 @@ def _serve(
         log.error("sandbox_required_but_missing", error=str(exc))
         print(f"shelldon: {exc}", file=sys.stderr)
         return 2
-    # Under systemd's Delegate=yes: the service moves into a leaf so turns get cgroups.
-    sandbox.prepare_delegated_cgroup()
     stop = {"signal": 0}
 
     def on_signal(signum: int, _frame: Any) -> None:

@@ -9,6 +9,7 @@ a config file exists, or ``--for run``), a missing bot token, a malformed one an
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import platform
 import re
@@ -40,6 +41,9 @@ class Check:
 
 UNIT_PATH = Path("/etc/systemd/system/shelldon.service")
 """Where ``deploy/install.sh`` puts the unit."""
+
+SERVICE_TURNS = Path("/sys/fs/cgroup/system.slice/shelldon.service/turns")
+"""Where the running unit keeps its per-turn cgroups (it creates the directory at start)."""
 
 MAX_EXPOSURE = 2.0
 """The highest ``systemd-analyze security`` exposure the unit may have."""
@@ -315,11 +319,13 @@ def gather_checks(
         )
     )
     checks.append(_landlock_check())
-    checks.extend(
+    for name, active, detail in sandbox.describe(settings):
+        check = Check(f"sandbox {name}", active, detail)
+        if name == "cgroup per turn" and not active and SERVICE_TURNS.is_dir():
+            # doctor runs outside the unit: what counts is the running service's subtree.
+            check = Check(check.name, True, f"{SERVICE_TURNS} (the running service's)")
         # A layer is required only where [sandbox] mode = required demands it at start.
-        Check(f"sandbox {name}", active, detail, required=sandbox.required_layer(settings, name))
-        for name, active, detail in sandbox.describe(settings)
-    )
+        checks.append(dataclasses.replace(check, required=sandbox.required_layer(settings, name)))
     checks.append(_rlimit_check(settings))
     if gate:
         checks.append(gate_check(settings))

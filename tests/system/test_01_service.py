@@ -18,6 +18,8 @@ from tests.system.rig import (
     Pet,
     cgroup_pids,
     describe_pids,
+    events,
+    journal,
     sh,
     show,
 )
@@ -58,6 +60,10 @@ def test_a_start_reports_ready_with_its_status_text(configured: Pet) -> None:
     pids = cgroup_pids()
     assert main in pids, describe_pids(pids)
     assert CGROUP.is_dir()
+    # The start log says what turns get: their own cgroup under the delegated subtree.
+    layers = events(journal("--since", "-2min", unit_only=True), "sandbox_layer")
+    cgroup = [e for e in layers if e["layer"] == "cgroup per turn"][-1]
+    assert cgroup["active"] is True and cgroup["detail"].endswith("/turns"), cgroup
     names = [c["command"] for c in configured.bot.fake.commands]
     assert names == ["start", "help", "tools", "pending", "budget", "restore"], names
     assert configured.bot.polls() > 0

@@ -174,6 +174,10 @@ def test_shelldon_doctor_as_installed_exits_0_once_configured(pet: Pet) -> None:
     print(proc.stdout)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not [line for line in proc.stdout.splitlines() if line.startswith("FAIL")]
+    # The gate works as installed (a sample tool through AST checks and sandboxed pytest), and
+    # the per-turn cgroup it reports is the running service's, not this shell's.
+    assert re.search(r"^ok +gate +a sample tool passed .* in [0-9.]+ s$", proc.stdout, re.M)
+    assert re.search(r"^ok +sandbox cgroup per turn .*shelldon\.service/turns", proc.stdout, re.M)
     # Run as root, it left nothing in the pet's home that the service user cannot use.
     root_owned = sh("find", str(HOME), "-uid", "0").stdout.split()
     assert root_owned == [], root_owned
