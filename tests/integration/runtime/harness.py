@@ -43,12 +43,14 @@ def parent_of(pid: int) -> int:
 
 
 @contextlib.contextmanager
-def chat_service(home: Path, **env: str) -> Iterator[subprocess.Popen[bytes]]:
-    """``shelldon chat`` as the owner starts it, in a session of its own; yields the process
-    once it listens and SIGKILLs what is left after."""
+def chat_service(
+    home: Path, *, command: tuple[str, ...] = (sys.executable, "-m", "shelldon"), **env: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``shelldon chat`` as the owner starts it (``command`` is how shelldon is run), in a
+    session of its own; yields the process once it listens and SIGKILLs what is left after."""
     environ = {**os.environ, "SHELLDON_HOME": str(home), **env}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shelldon", "chat"],
+        [*command, "chat"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from .harness import chat_service
+
 REPO = Path(__file__).resolve().parents[3]
 SHELLDON = str(Path(sys.executable).with_name("shelldon"))
 COMMANDS = (
@@ -121,24 +123,7 @@ def test_every_status_in_the_readme_table_is_what_its_case_exits_with(home: Path
 
 
 def interrupted_chat(home: Path) -> int:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("SHELLDON_")}
-    environ |= {"SHELLDON_HOME": str(home)}
-    proc = subprocess.Popen(
-        [SHELLDON, "chat"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=environ,
-        start_new_session=True,
-    )
-    try:
-        assert proc.stdout is not None
-        while b"listening" not in proc.stdout.readline():
-            assert proc.poll() is None
+    with chat_service(home, command=(SHELLDON,)) as proc:
         time.sleep(0.2)
         os.killpg(proc.pid, signal.SIGINT)
         return proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
