@@ -135,9 +135,13 @@ class TurnActor(ContractActor):
                 self._end(verdict.result, kill=False)
                 return
             elif isinstance(verdict, Violation):
-                log.warning("worker_violation", turn_id=handle.turn_id, reason=verdict.reason)
-                kind = "ceiling" if "ceiling" in verdict.reason else "protocol"
-                self._end(self._apology(kind), kill=True)
+                log.warning(
+                    "worker_violation",
+                    turn_id=handle.turn_id,
+                    kind=verdict.kind,
+                    reason=verdict.reason,
+                )
+                self._end(self._apology(verdict.kind), kill=True)
                 return
         if handle.eof:
             code = handle.reap(block=True)

@@ -30,8 +30,10 @@ class Finished:
 
 @dataclass(frozen=True, slots=True)
 class Violation:
-    """The worker broke a ceiling or the protocol: kill it and apologise."""
+    """The worker broke a ceiling or the protocol: kill it and apologise. ``kind`` picks the
+    apology (``APOLOGIES``: "ceiling" or "protocol"); ``reason`` is for the log."""
 
+    kind: str
     reason: str
 
 
@@ -58,28 +60,29 @@ class TurnWatch:
     def on_frame(self, frame: object) -> Verdict:
         """Judge one frame from the worker."""
         if self.done:
-            return Violation("the worker sent a frame after its result")
+            return Violation("protocol", "the worker sent a frame after its result")
         if isinstance(frame, ToolStarted):
             self.running_tool = frame.name
             return Noted()
         if isinstance(frame, Job):
             self.running_tool = ""  # the tool before it finished: the worker moved on
             if frame.turn_id != self.turn_id:
-                return Violation(f"job for another turn ({frame.turn_id!r})")
+                return Violation("protocol", f"job for another turn ({frame.turn_id!r})")
             self.model_calls += 1
             if self.model_calls > self.max_model_calls:
                 return Violation(
+                    "ceiling",
                     f"model call {self.model_calls} refused: the ceiling is "
-                    f"{self.max_model_calls} per turn"
+                    f"{self.max_model_calls} per turn",
                 )
             return Forward(replace(frame, deadline=min(frame.deadline, self.deadline)))
         if isinstance(frame, Result):
             self.done = True
             self.running_tool = ""
             if frame.turn_id != self.turn_id:
-                return Violation(f"result for another turn ({frame.turn_id!r})")
+                return Violation("protocol", f"result for another turn ({frame.turn_id!r})")
             return Finished(frame)
-        return Violation(f"unexpected {type(frame).__name__} frame from the worker")
+        return Violation("protocol", f"unexpected {type(frame).__name__} frame from the worker")
 
     def overdue(self, now: float) -> bool:
         """Whether the worker has outlived its deadline plus the grace period."""

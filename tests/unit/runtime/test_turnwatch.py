@@ -31,7 +31,8 @@ def test_the_model_call_past_the_ceiling_is_refused() -> None:
     w = watch()
     assert all(isinstance(w.on_frame(job()), Forward) for _ in range(3))
     verdict = w.on_frame(job())
-    assert isinstance(verdict, Violation) and "ceiling" in verdict.reason
+    assert isinstance(verdict, Violation) and verdict.kind == "ceiling"
+    assert "ceiling" in verdict.reason
 
 
 def test_six_tool_rounds_and_an_answer_fit_the_ceiling() -> None:
@@ -39,7 +40,9 @@ def test_six_tool_rounds_and_an_answer_fit_the_ceiling() -> None:
 
 
 def test_a_job_for_another_turn_is_a_violation() -> None:
-    assert isinstance(watch().on_frame(job("t-other")), Violation)
+    assert watch().on_frame(job("t-other")) == Violation(
+        "protocol", "job for another turn ('t-other')"
+    )
 
 
 def test_result_finishes_and_anything_after_it_is_a_violation() -> None:
