@@ -12,8 +12,18 @@ from dataclasses import dataclass, field
 
 from shelldon.contracts import ContractError, Decision, InboundMessage, decode
 
-COMMANDS = ("start", "help", "tools", "pending", "budget", "restore")
-"""Owner commands, answered without a turn (registered with Telegram's setMyCommands)."""
+OWNER_COMMANDS: tuple[tuple[str, str], ...] = (
+    ("start", "Say hello and see what I can do"),
+    ("help", "How to talk to me, and what needs your tap"),
+    ("tools", "My tools: live, staged, quarantined, with strikes"),
+    ("pending", "Approvals and promotions waiting for you, with their age"),
+    ("budget", "Turns left today"),
+    ("restore", "Bring back a quarantined tool: /restore NAME"),
+)
+"""Owner commands, answered without a turn, with the line Telegram's menu shows for each
+(registered with setMyCommands at start): the one table of them."""
+
+COMMANDS = tuple(name for name, _ in OWNER_COMMANDS)
 
 
 @dataclass(frozen=True, slots=True)

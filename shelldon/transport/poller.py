@@ -17,6 +17,7 @@ from typing import Protocol
 import structlog
 
 from shelldon.contracts import Decision, InboundMessage
+from shelldon.core.arbiter import OWNER_COMMANDS
 from shelldon.transport.telegram import BadRequest, BotApi, RetryPolicy, Sleep, TelegramError
 from shelldon.transport.updates import (
     Rejected,
@@ -27,16 +28,6 @@ from shelldon.transport.updates import (
 )
 
 log = structlog.get_logger(__name__)
-
-OWNER_COMMANDS: tuple[tuple[str, str], ...] = (
-    ("start", "Say hello and see what I can do"),
-    ("help", "How to talk to me, and what needs your tap"),
-    ("tools", "My tools: live, staged, quarantined, with strikes"),
-    ("pending", "Approvals and promotions waiting for you, with their age"),
-    ("budget", "Turns left today"),
-    ("restore", "Bring back a quarantined tool: /restore NAME"),
-)
-"""The command menu registered with setMyCommands at start."""
 
 INVALID_BUTTON_NOTICE = "That button is not valid any more."
 
