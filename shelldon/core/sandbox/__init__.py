@@ -1,0 +1,79 @@
+"""Kernel confinement for the worker and the gate: seccomp, a filesystem layer, a cgroup per turn.
+
+Three layers, each detected at start and used where the kernel offers it:
+
+- **seccomp-bpf** (libseccomp through ctypes): dangerous syscalls (ptrace, bpf, keyctl, mount,
+  unshare, kernel modules, reboot, ...) fail with EPERM; for FREE-only turns and the gate also
+  ``socket()`` of the IP, packet and netlink families (AF_UNIX stays).
+- **filesystem**, the strongest available: Landlock (read-only on what Python needs, read-write
+  on the workspace or the gate's staging dir, nothing else), else an unprivileged user + mount
+  namespace that shows only those paths, else nothing (the path jail alone; warned once).
+- **a cgroup per turn** under a delegated cgroup: ``memory.max``/``pids.max`` where the
+  controllers exist and ``cgroup.kill`` at the end, which also ends ``setsid`` stragglers.
+
+One module per part: ``policy`` (what is denied and allowed), ``libc``, ``seccomp``,
+``landlock``, ``userns``, ``cgroup``, ``plan`` (what this kernel and config give), ``paths``
+(what a child may see; ``prepare_worker``), ``apply`` (in the child). This package's names are
+the interface; the parts import each other, never the package.
+
+``[sandbox] mode``: ``required`` refuses to start without seccomp and a filesystem layer
+(``check_required``), ``best-effort`` uses what there is, ``off`` applies nothing. The filter
+programs and path lists are prepared in the parent; the child only makes syscalls.
+"""
+
+from __future__ import annotations
+
+from shelldon.core.sandbox.apply import confine_worker, gate_preexec
+from shelldon.core.sandbox.cgroup import (
+    TurnCgroup,
+    cgroup_parent,
+    delegated_cgroup,
+    open_turn_cgroup,
+    prepare_delegated_cgroup,
+)
+from shelldon.core.sandbox.landlock import forget_prebuilt, landlock_abi, prebuilt_ruleset_fds
+from shelldon.core.sandbox.paths import allowed_paths, prepare_worker
+from shelldon.core.sandbox.plan import (
+    Plan,
+    check_required,
+    describe,
+    plan,
+    required_layer,
+    seccomp_available,
+)
+from shelldon.core.sandbox.policy import (
+    DENIED_SOCKET_FAMILIES,
+    DENIED_SYSCALLS,
+    FS_LAYERS,
+    SandboxError,
+)
+from shelldon.core.sandbox.seccomp import build_filter, load_filter
+from shelldon.core.sandbox.userns import userns_available
+
+__all__ = [
+    "confine_worker",
+    "gate_preexec",
+    "TurnCgroup",
+    "cgroup_parent",
+    "delegated_cgroup",
+    "open_turn_cgroup",
+    "prepare_delegated_cgroup",
+    "forget_prebuilt",
+    "landlock_abi",
+    "prebuilt_ruleset_fds",
+    "allowed_paths",
+    "prepare_worker",
+    "Plan",
+    "check_required",
+    "describe",
+    "plan",
+    "required_layer",
+    "seccomp_available",
+    "DENIED_SOCKET_FAMILIES",
+    "DENIED_SYSCALLS",
+    "FS_LAYERS",
+    "SandboxError",
+    "build_filter",
+    "load_filter",
+    "userns_available",
+]

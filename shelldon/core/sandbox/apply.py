@@ -1,0 +1,143 @@
+"""Applying the plan in a forked child (the worker, a gate run), in order, before any untrusted
+code.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import structlog
+
+from shelldon.config import SandboxSettings, Settings
+from shelldon.core.sandbox import paths
+from shelldon.core.sandbox.cgroup import TurnCgroup
+from shelldon.core.sandbox.landlock import (
+    _apply_prebuilt,
+    _landlock_restrict,
+    _prebuilt,
+    landlock_abi,
+)
+from shelldon.core.sandbox.paths import _never, _worker_paths, allowed_paths
+from shelldon.core.sandbox.plan import Plan, plan
+from shelldon.core.sandbox.policy import SandboxError
+from shelldon.core.sandbox.seccomp import build_filter, load_filter
+from shelldon.core.sandbox.userns import _userns_restrict
+
+log = structlog.get_logger(__name__)
+
+
+_applied: set[str] = set()
+"""Layers already on in this process (a resumed worker confines in two steps)."""
+
+
+def _fail(p: Plan, layer: str, exc: BaseException) -> None:
+    if p.mode == "required":
+        raise SandboxError(f"sandbox layer {layer} could not be applied: {exc}") from exc
+    log.warning("sandbox_layer_failed", layer=layer, error=str(exc))
+
+
+def _apply_fs(p: Plan, ro: tuple[str, ...], rw: tuple[str, ...], *, network: bool) -> None:
+    try:
+        if p.fs == "landlock":
+            abi = landlock_abi()
+            if not _apply_prebuilt(_prebuilt.pop((ro, rw, network, abi), None), abi):
+                _landlock_restrict((*ro, "/proc/self"), rw, network=network, abi=abi)
+        elif p.fs == "userns":
+            _userns_restrict(ro, rw, network=network)
+        else:
+            return
+    except (OSError, SandboxError) as exc:
+        if p.fs == "userns" and _in_new_userns():
+            # Half a namespace is worse than none: stop this process instead of going on.
+            raise SandboxError(f"the user namespace layer broke half-way: {exc}") from exc
+        _fail(p, p.fs, exc)
+        return
+    _applied.add("fs")
+
+
+def _in_new_userns() -> bool:
+    try:
+        return os.readlink("/proc/self/ns/user") != _INITIAL_USERNS
+    except OSError:
+        return True
+
+
+_INITIAL_USERNS = os.readlink("/proc/self/ns/user") if os.path.exists("/proc/self/ns/user") else ""
+
+
+def _apply_seccomp(p: Plan, *, network: bool, namespaces: bool) -> None:
+    if not p.seccomp:
+        return
+    key = f"seccomp-{network}-{namespaces}"
+    if key in _applied:
+        return
+    try:
+        load_filter(build_filter(network=network, namespaces=namespaces))
+    except (OSError, SandboxError) as exc:
+        _fail(p, "seccomp", exc)
+        return
+    _applied.add(key)
+
+
+def confine_worker(settings: Settings, *, network: bool, cgroup: TurnCgroup | None = None) -> None:
+    """Confine the calling worker. ``network=True`` is the first step of a resumed turn whose
+    owner-approved RISKY call runs next: only the syscall deny list (and the cgroup) go on.
+    ``network=False`` closes everything: the filesystem layer and the socket filter too."""
+    p = plan(settings.sandbox)
+    if p.mode == "off":
+        return
+    if cgroup is not None and "cgroup" not in _applied:
+        try:
+            cgroup.join()
+            _applied.add("cgroup")
+        except OSError as exc:
+            _fail(p, "cgroup", exc)
+    if network:
+        # The namespace calls stay allowed only when the user-namespace layer still needs them.
+        _apply_seccomp(p, network=True, namespaces=p.fs != "userns")
+        return
+    if "fs" not in _applied:
+        prepared = paths._prepared_paths  # rebound by prepare_worker: read it there
+        if prepared is not None and prepared[0] is settings:
+            # Computed by the parent before the fork: no lookups (page faults) in the worker.
+            ro, rw = prepared[1], prepared[2]
+        else:
+            ro, rw = _worker_paths(settings.workspace, _never(settings))
+        _apply_fs(p, ro, rw, network=False)
+    _apply_seccomp(p, network=False, namespaces=True)
+
+
+def gate_preexec(
+    sandbox: SandboxSettings,
+    staging: Path,
+    private: Path,
+    extra_read: Iterable[str],
+    *,
+    then: Callable[[], None] | None = None,
+    cgroup: TurnCgroup | None = None,
+) -> Callable[[], None]:
+    """A ``preexec_fn`` for the gate's pytest: joins ``cgroup``, runs ``then`` (RLIMITs), and
+    confines like a FREE-only worker with read-write on the staging dir (and its private tmp)."""
+    p = plan(sandbox)
+    home_guess = staging.parent.parent  # <home>/workspace/tools-staging
+    never = (home_guess / "vault", home_guess / "shelldon.db", Path.home() / ".ssh")
+    ro, rw = allowed_paths((staging, private), never, extra_read)
+    if p.seccomp and p.mode != "off":
+        build_filter(network=False, namespaces=True)  # built here, so the child only loads it
+
+    def preexec() -> None:
+        if then is not None:
+            then()
+        if p.mode == "off":
+            return
+        if cgroup is not None:
+            try:
+                cgroup.join()
+            except OSError as exc:
+                _fail(p, "cgroup", exc)
+        _apply_fs(p, ro, rw, network=False)
+        _apply_seccomp(p, network=False, namespaces=True)
+
+    return preexec

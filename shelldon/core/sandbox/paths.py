@@ -1,0 +1,102 @@
+"""What to allow: the paths a worker or gate run may read, and may write, and what it never sees."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+import structlog
+
+from shelldon.config import Settings
+from shelldon.core.sandbox.cgroup import TurnCgroup, open_turn_cgroup
+from shelldon.core.sandbox.landlock import _prebuild_landlock
+from shelldon.core.sandbox.plan import plan
+from shelldon.core.sandbox.policy import _DEVICES, _ETC_FILES, _READ_ONLY_ROOTS, SandboxError
+from shelldon.core.sandbox.seccomp import build_filter
+
+log = structlog.get_logger(__name__)
+
+
+def _python_paths() -> list[str]:
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    paths.add(os.path.dirname(os.path.realpath(sys.executable)))
+    paths.add(os.path.dirname(sys.executable))
+    for entry in sys.path:
+        if entry and os.path.isdir(entry):
+            paths.add(os.path.abspath(entry))
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if not isinstance(file, str):
+            continue
+        name = getattr(module, "__name__", "")
+        top = sys.modules.get(name.split(".", 1)[0])
+        top_file = getattr(top, "__file__", None) if top is not None else None
+        if isinstance(top_file, str) and os.path.basename(top_file) == "__init__.py":
+            paths.add(os.path.dirname(os.path.abspath(top_file)))
+        else:
+            paths.add(os.path.dirname(os.path.abspath(file)))
+    return sorted(paths)
+
+
+def _is_within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def allowed_paths(
+    writable: Iterable[Path], never: Iterable[Path], extra_read: Iterable[str] = ()
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(read-only, read-write) path lists. A read-only path that contains a writable one (the
+    home around the workspace) or one of ``never`` (vault, database, ~/.ssh) is dropped."""
+    rw = tuple(os.path.realpath(p) for p in writable)
+    banned = tuple(os.path.realpath(p) for p in never) + rw
+    candidates = [*_READ_ONLY_ROOTS, *_ETC_FILES, *_python_paths(), *extra_read]
+    ro: list[str] = []
+    for raw in candidates:
+        path = os.path.realpath(raw)
+        if any(_is_within(b, path) for b in banned) or any(_is_within(path, w) for w in rw):
+            continue
+        if path not in ro and os.path.exists(path):
+            ro.append(path)
+    # A path inside another allowed one adds nothing but a rule (and a syscall per turn).
+    ro = [p for p in ro if not any(q != p and _is_within(p, q) for q in ro)]
+    return tuple(ro), rw + tuple(d for d in _DEVICES if os.path.exists(d))
+
+
+def _never(settings: Settings) -> tuple[Path, ...]:
+    return (settings.vault, settings.database, Path.home() / ".ssh", Path("/etc/shadow"))
+
+
+@functools.cache
+def _worker_paths(
+    workspace: Path, never: tuple[Path, ...]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return allowed_paths((workspace,), never)
+
+
+def prepare_worker(settings: Settings) -> TurnCgroup | None:
+    """In the parent, before the fork: build what ``confine_worker`` needs (so the worker only
+    makes syscalls) and open the turn's cgroup; the caller owns it (``close()`` at the end)."""
+    p = plan(settings.sandbox)
+    if p.mode == "off":
+        return None
+    try:
+        if p.seccomp:
+            build_filter(network=True, namespaces=p.fs != "userns")
+            build_filter(network=False, namespaces=True)
+        if p.fs != "none":
+            global _prepared_paths  # noqa: PLW0603 - handed to the next forked worker
+            ro, rw = _worker_paths(settings.workspace, _never(settings))
+            _prepared_paths = (settings, ro, rw)
+            if p.fs == "landlock":
+                _prebuild_landlock(ro, rw, network=False)
+    except (SandboxError, OSError) as exc:
+        log.warning("sandbox_not_prepared", error=str(exc))
+    return open_turn_cgroup(settings.sandbox, f"shelldon-turn-{os.getpid()}-{next(_turn_numbers)}")
+
+
+_turn_numbers = itertools.count(1)
+_prepared_paths: tuple[Settings, tuple[str, ...], tuple[str, ...]] | None = None
