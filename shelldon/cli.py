@@ -174,8 +174,7 @@ def cmd_tools(args: argparse.Namespace) -> int:
 
     settings = _load(args)
     # Keep the terminal for the answers and the [y/N] prompts; events go to the log file.
-    log_dir = settings.home / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = make_private_dir(make_private_dir(settings.home) / "logs")
     fd = os.open(log_dir / "shelldon.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     # Left open: the loggers hold it until this short-lived process exits.
     log_file = open(fd, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
