@@ -1,11 +1,15 @@
-"""TurnActor: forks one worker per turn, relays its Jobs to the broker, holds the ceilings
-outside the worker (model calls, wall clock), reaps it, and reports TurnEnded. Kept lean: it
-imports no provider SDK, so a fork from it is cheap."""
+"""TurnActor: starts one worker per turn (through the zygote), relays its Jobs to the broker,
+holds the ceilings outside the worker (model calls, wall clock), and reports TurnEnded.
+
+It never waits for a process: a worker's exit is an event on a descriptor it watches (the exit
+pipe the zygote writes once it has reaped the worker), and a worker that does not exit within
+``EXIT_GRACE_S`` of its turn's end is killed, its exit still awaited the same way."""
 
 from __future__ import annotations
 
 import datetime as dt
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -30,7 +34,11 @@ log = structlog.get_logger(__name__)
 
 TYPING_AFTER_S = 1.0
 EXIT_GRACE_S = 0.5
+EXIT_GIVE_UP_S = 5.0
+"""After the kill, how long an exit is awaited before the handle is let go unreported (the
+zygote still reaps the worker; only its exit code goes unlogged)."""
 TYPING_REFRESH_S = 4.5
+_EXIT_POLL_S = 0.02
 _zygote: Any = None
 
 
@@ -44,6 +52,21 @@ def use_zygote(zygote: Any) -> None:
     _zygote = zygote
 
 
+@dataclass(slots=True)
+class Exiting:
+    """A worker whose turn is over, awaited until its exit is reported: killed at ``kill_at``
+    if it still runs, let go at ``give_up_at``."""
+
+    handle: WorkerHandle
+    fd: int
+    kill_at: float
+    give_up_at: float
+    killed: bool
+
+    def next_due(self) -> float:
+        return self.give_up_at if self.killed else self.kill_at
+
+
 class TurnActor(ContractActor):
     """Runs at most one worker at a time; the arbiter guarantees it is asked for one."""
 
@@ -54,7 +77,7 @@ class TurnActor(ContractActor):
         self.settings: Settings | None = None
         self.peers: dict[str, Any] = {}
         self.handle: WorkerHandle | None = None
-        self.exiting: list[tuple[WorkerHandle, float]] = []
+        self.exiting: list[Exiting] = []
         self.turnwatch: TurnWatch | None = None
         self.chat_id = 0
         self.source = "owner"
@@ -118,6 +141,8 @@ class TurnActor(ContractActor):
         self.wakeupAfter(dt.timedelta(seconds=TYPING_AFTER_S), payload=("typing", turn_id))
 
     def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: ActorAddress) -> None:
+        if any(e.fd in msg.ready for e in self.exiting):
+            self._look_at_exiting()
         handle, turnwatch = self.handle, self.turnwatch
         if handle is None or turnwatch is None or handle.fileno() not in msg.ready:
             return
@@ -144,8 +169,9 @@ class TurnActor(ContractActor):
                 self._end(self._apology(verdict.kind), kill=True)
                 return
         if handle.eof:
-            code = handle.reap(block=True)
-            log.warning("worker_died_without_result", turn_id=handle.turn_id, exit_code=code)
+            # No Result can come any more; whatever still runs there (a tool that shut the
+            # channel and went on) is killed now, and its exit awaited like any other.
+            log.warning("worker_closed_channel_without_result", turn_id=handle.turn_id)
             self._end(self._apology("crash"), kill=True)
 
     def receiveMsg_JobAnswer(self, msg: JobAnswer, sender: ActorAddress) -> None:
@@ -167,24 +193,55 @@ class TurnActor(ContractActor):
                 dt.timedelta(seconds=TYPING_REFRESH_S), payload=("typing", self.handle.turn_id)
             )
 
-    def _reap_exiting(self) -> None:
-        still = []
-        for handle, kill_at in self.exiting:
-            if handle.reap(block=False) is None:
-                if time.monotonic() < kill_at:
-                    still.append((handle, kill_at))
-                    continue
-                log.warning("worker_did_not_exit", turn_id=handle.turn_id, pid=handle.pid)
-                handle.kill()
-                handle.reap(block=True)  # SIGKILLed: returns at once
+    def _await_exit(self, handle: WorkerHandle, *, killed: bool) -> None:
+        """Watch for ``handle``'s exit; close it once reported."""
+        now = time.monotonic()
+        kill_at = now + EXIT_GRACE_S
+        give_up_at = (now if killed else kill_at) + EXIT_GIVE_UP_S
+        entry = Exiting(handle, handle.exit_fileno(), kill_at, give_up_at, killed)
+        self.exiting.append(entry)
+        if entry.fd >= 0:
+            self.watch(entry.fd)
+        self._wake_for_exits(now)
+
+    def _wake_for_exits(self, now: float) -> None:
+        # Exits arrive on watched descriptors; the wake-up holds the kill and give-up times
+        # (and polls for a handle with no descriptor to watch).
+        if not self.exiting:
+            return
+        if any(e.fd < 0 for e in self.exiting):
+            wait = _EXIT_POLL_S
+        else:
+            wait = max(0.0, min(e.next_due() for e in self.exiting) - now)
+        self.wakeupAfter(dt.timedelta(seconds=wait), payload=("reap",))
+
+    def _look_at_exiting(self, *, from_wakeup: bool = False) -> None:
+        """Close each worker whose exit is in; kill one past its grace; let go of one past
+        its last chance. Never waits: ``reap(block=False)`` only reads what is there."""
+        now, still = time.monotonic(), []
+        for entry in self.exiting:
+            handle = entry.handle
+            code = handle.reap(block=False)
+            if code is None and now < entry.give_up_at:
+                if not entry.killed and now >= entry.kill_at:
+                    log.warning("worker_did_not_exit", turn_id=handle.turn_id, pid=handle.pid)
+                    handle.kill()
+                    entry.killed = True
+                    entry.give_up_at = now + EXIT_GIVE_UP_S
+                still.append(entry)
+                continue
+            if code is None:
+                log.error("worker_exit_not_reported", turn_id=handle.turn_id, pid=handle.pid)
+            if entry.fd >= 0:
+                self.unwatch(entry.fd)
             handle.close()
         self.exiting = still
-        if still:
-            self.wakeupAfter(dt.timedelta(seconds=0.02), payload=("reap",))
+        if from_wakeup:  # one wake-up chain per awaited exit, not one more per event
+            self._wake_for_exits(now)
 
     def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: ActorAddress) -> None:
         if msg.payload == ("reap",):
-            self._reap_exiting()
+            self._look_at_exiting(from_wakeup=True)
             return
         if isinstance(msg.payload, tuple):
             if self.handle is not None and msg.payload == ("typing", self.handle.turn_id):
@@ -206,16 +263,14 @@ class TurnActor(ContractActor):
             self.wakeupAfter(dt.timedelta(seconds=max(0.05, remaining)), payload=handle.turn_id)
 
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: ActorAddress) -> None:
-        for handle, _kill_at in self.exiting:
-            handle.kill()
-            handle.reap(block=True)
-            handle.close()
-        self.exiting = []
+        # Killed and let go, not awaited: the zygote reaps them (and sweeps their cgroups).
+        handles = [e.handle for e in self.exiting]
         if self.handle is not None:
-            self.handle.kill()
-            self.handle.reap(block=True)
-            self.handle.close()
-            self.handle = None
+            handles.append(self.handle)
+        for handle in handles:
+            handle.kill()
+            handle.close()
+        self.exiting, self.handle = [], None
 
     def _apology(self, kind: str) -> Result:
         handle, watch = self.handle, self.turnwatch
@@ -228,14 +283,11 @@ class TurnActor(ContractActor):
         self.unwatch(handle.fileno())
         if kill:
             handle.kill()
-        # A SIGKILLed worker is reaped at once (no waiting on it); one that sent its Result
-        # is given a moment from wake-ups below.
-        code = handle.reap(block=kill)
+        # The worker exits right after its Result (or its kill): its exit is awaited from
+        # watched descriptors and wake-ups, never by waiting in this handler.
+        code = handle.reap(block=False)
         if code is None:
-            # The worker exits right after its Result: reap it from a wake-up, never by waiting
-            # in this handler; past EXIT_GRACE_S it is killed.
-            self.exiting.append((handle, time.monotonic() + EXIT_GRACE_S))
-            self.wakeupAfter(dt.timedelta(seconds=0.005), payload=("reap",))
+            self._await_exit(handle, killed=kill)
         else:
             handle.close()
         self.handle, self.turnwatch = None, None

@@ -129,10 +129,19 @@ class WorkerHandle:
     reader: FrameReader = field(default_factory=FrameReader)
     eof: bool = False
     cgroup: sandbox.TurnCgroup | None = None
+    pidfd: int = -1
 
     def fileno(self) -> int:
         """The channel's descriptor (what the TurnActor watches for readability)."""
         return self.sock.fileno()
+
+    def exit_fileno(self) -> int:
+        """A descriptor that becomes readable once the worker has exited (a pidfd), so its
+        owner can watch for the exit instead of waiting; -1 where the kernel has none."""
+        if self.pidfd < 0 and self.exit_code is None:
+            with contextlib.suppress(OSError, AttributeError):
+                self.pidfd = os.pidfd_open(self.pid)
+        return self.pidfd
 
     def send(self, obj: Any) -> None:
         """Answer the worker with one frame (Completion or JobFailed); raises ``FrameError``."""
@@ -213,6 +222,9 @@ class WorkerHandle:
     def close(self) -> None:
         """Close the parent's end of the channel; kill and remove the turn's cgroup, if any."""
         self.sock.close()
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
         if self.cgroup is not None:
             self.cgroup.close()
 

@@ -13,10 +13,18 @@ Protocol: every message is one msgpack map and gets exactly one reply map
 - ``{"op": "part", "data": bytes}`` → ``{}``: a slice of the next spawn's request (a
   ``shelldon.contracts.encode`` blob may be larger than one seqpacket message).
 - ``{"op": "spawn", "kind": "turn"|"resume", "request": bytes}`` → ``{"pid", "deadline",
-  "cgroup"}`` plus the worker's channel end as SCM_RIGHTS; the zygote closes its copy at once.
-- ``{"op": "kill", "pid"}`` → ``{}``; ``{"op": "reap", "pid", "wait": seconds}`` →
-  ``{"exit_code": int | None}`` (waits at most ``wait`` s, capped); ``{"op": "close", "pid"}``
-  → ``{"exit_code"}`` (an unreaped worker is killed and reaped first: nobody can hear it now).
+  "cgroup"}`` plus two descriptors as SCM_RIGHTS: the worker's channel end and the read end of
+  its *exit pipe*; the zygote closes its copies at once.
+- ``{"op": "kill", "pid"}`` → ``{}``; ``{"op": "close", "pid"}`` → ``{}`` (the service is done
+  with that worker: one still running is killed). Neither waits for the worker to exit.
+
+Exits are events, not requests: the zygote watches every worker (a pidfd where the kernel has
+one, else a short poll), and when one exits it sweeps its process group and cgroup, reaps it,
+and writes the exit code (4 bytes, signed, little-endian) into its exit pipe, then closes it.
+The service watches that descriptor like any other, so no actor ever waits for a process; EOF
+with no code means the zygote itself died. The zygote also holds the turn's ceiling: a worker
+still running ``BACKSTOP_S`` past its deadline and grace is killed there, whatever the service
+did.
 
 The spare: unless started with ``spare=False``, the zygote keeps one plain-turn worker forked
 ahead of time (``spawn.spawn_spare``: prepared, confined, in its turn's cgroup, registry built,
@@ -40,10 +48,12 @@ from __future__ import annotations
 import array
 import contextlib
 import gc
+import math
 import os
 import select
 import signal
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -94,10 +104,21 @@ MAX_MESSAGE = 128 * 1024
 MAX_REQUEST = 2 * 1024 * 1024
 """Spawn request bytes the zygote accumulates from ``part`` messages before refusing."""
 
-REAP_WAIT_S = 0.5
-"""Longest a single ``reap`` request waits in the zygote (the client repeats to block)."""
+BACKSTOP_S = 1.0
+"""How long past a worker's deadline and kill grace the zygote kills it itself (the service
+kills at deadline + grace; this holds the ceiling should the service not)."""
 
-_OPS = frozenset({"ping", "part", "spawn", "kill", "reap", "close"})
+REAP_BLOCK_S = 10.0
+"""Longest a blocking ``reap`` waits for the zygote to report an exit before it declares the
+zygote broken (only tests and benchmarks block: actors watch the exit pipe)."""
+
+EXIT_CODE = struct.Struct("<i")
+"""What the zygote writes into a worker's exit pipe once it has reaped it."""
+
+_POLL_FALLBACK_S = 0.05
+"""Without a pidfd for some worker, how often the zygote looks for its exit."""
+
+_OPS = frozenset({"ping", "part", "spawn", "kill", "close"})
 _FD_SIZE = array.array("i").itemsize
 
 
@@ -113,19 +134,24 @@ class ZygoteWorkerHandle(WorkerHandle):
     """A worker forked by the zygote, as the TurnActor sees it.
 
     ``fileno``/``send``/``read_frames`` work on the channel end received from the zygote, as
-    in ``WorkerHandle``. ``kill``/``reap``/``close`` are requests to the zygote, which is the
-    worker's parent and holds its real handle. They never raise: if the zygote is gone, its
-    workers died with it (PDEATHSIG), so ``kill`` sweeps the turn's cgroup and ``reap`` reports
-    ``EXIT_UNKNOWN``.
+    in ``WorkerHandle``. ``exit_fileno`` is the read end of the worker's exit pipe: readable
+    once the zygote has reaped the worker (or died). ``reap`` reads it; ``kill`` and ``close``
+    are requests to the zygote, which is the worker's parent and holds its real handle. None of
+    them raises, and only ``reap(block=True)`` waits: if the zygote is gone, its workers died
+    with it (PDEATHSIG), so the turn's cgroup is swept and the exit is ``EXIT_UNKNOWN``.
     """
 
     zygote: Zygote | None = None
     cgroup_path: str | None = None
     released: bool = False
+    exits: int = -1
+
+    def exit_fileno(self) -> int:
+        return self.exits
 
     def kill(self) -> None:
         """SIGKILL the worker (cgroup, process group, pid) through the zygote."""
-        if self.released or self.zygote is None:
+        if self.released or self.exit_code is not None or self.zygote is None:
             return
         try:
             self.zygote.call({"op": "kill", "pid": self.pid})
@@ -140,52 +166,50 @@ class ZygoteWorkerHandle(WorkerHandle):
         ``block`` is False."""
         if self.exit_code is not None:
             return self.exit_code
-        if self.released or self.zygote is None:
+        if self.exits < 0:
             self.exit_code = EXIT_UNKNOWN
             return self.exit_code
-        wait = REAP_WAIT_S if block else 0.0
-        while True:
-            try:
-                reply = self.zygote.call({"op": "reap", "pid": self.pid, "wait": wait})
-            except ZygoteError as exc:
-                log.warning("zygote_reap_failed", pid=self.pid, error=str(exc))
-                self._orphaned()
-                self.exit_code = EXIT_UNKNOWN
-                return self.exit_code
-            except SpawnError as exc:
-                log.warning("zygote_reap_refused", pid=self.pid, error=str(exc))
-                self.exit_code = EXIT_UNKNOWN
-                return self.exit_code
-            code = reply.get("exit_code")
-            if isinstance(code, int):
-                self.exit_code = code
-                return code
+        if not _readable(self.exits, REAP_BLOCK_S if block else 0.0):
             if not block:
                 return None
+            if self.zygote is not None:
+                self.zygote.abandon(f"no exit reported for worker {self.pid} in {REAP_BLOCK_S} s")
+            self.exit_code = EXIT_UNKNOWN
+            return self.exit_code
+        try:
+            data = os.read(self.exits, EXIT_CODE.size)
+        except OSError:
+            data = b""
+        if len(data) == EXIT_CODE.size:
+            (self.exit_code,) = EXIT_CODE.unpack(data)
+        else:  # EOF without a code: the zygote died, and its workers with it
+            self._orphaned()
+            self.exit_code = EXIT_UNKNOWN
+        return self.exit_code
 
     def close(self) -> None:
-        """Close the channel; the zygote kills and reaps the worker if it still runs and
-        removes the turn's cgroup."""
+        """Close the channel and the exit pipe; a worker still running is killed by the zygote
+        (which reaps it and removes the turn's cgroup in its own time)."""
         self.sock.close()
         if self.released:
             return
         self.released = True
+        self.reap(block=False)
+        if self.exits >= 0:
+            os.close(self.exits)
+            self.exits = -1
         zygote = self.zygote
         if zygote is None:
             return
-        try:
-            reply = zygote.call({"op": "close", "pid": self.pid})
-        except ZygoteError as exc:
-            log.warning("zygote_close_failed", pid=self.pid, error=str(exc))
-            self._orphaned()
-            if self.exit_code is None:
+        if self.exit_code is None:
+            try:
+                zygote.call({"op": "close", "pid": self.pid})
+            except ZygoteError as exc:
+                log.warning("zygote_close_failed", pid=self.pid, error=str(exc))
+                self._orphaned()
                 self.exit_code = EXIT_UNKNOWN
-        except SpawnError as exc:
-            log.info("zygote_close_refused", pid=self.pid, error=str(exc))
-        else:
-            code = reply.get("exit_code")
-            if self.exit_code is None and isinstance(code, int):
-                self.exit_code = code
+            except SpawnError as exc:
+                log.info("zygote_close_refused", pid=self.pid, error=str(exc))
         zygote.forget(self.pid)
 
     def _orphaned(self) -> None:
@@ -196,6 +220,12 @@ class ZygoteWorkerHandle(WorkerHandle):
 
     def __enter__(self) -> ZygoteWorkerHandle:
         return self
+
+
+def _readable(fd: int, wait: float) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(int(wait * 1000) if wait > 0 else 0))
 
 
 class Zygote:
@@ -339,21 +369,24 @@ class Zygote:
                 not isinstance(pid, int)
                 or not isinstance(deadline, float)
                 or not isinstance(cgroup, str | None)
-                or len(fds) > 1
+                or len(fds) > 2
             ):
                 for fd in fds:
                     os.close(fd)
                 self._fail("the zygote's spawn reply is malformed")
                 raise ZygoteError("the zygote's spawn reply is malformed")
-            if not fds:
-                # The kernel dropped the descriptor (this process is out of them): the worker
+            if len(fds) < 2:
+                # The kernel dropped a descriptor (this process is out of them): the worker
                 # has no one to talk to; the zygote ends it, and this turn cannot start.
+                for fd in fds:
+                    os.close(fd)
                 with contextlib.suppress(SpawnError):
                     self._call_locked({"op": "close", "pid": pid})
                 raise SpawnError("the worker's channel did not arrive (out of descriptors?)")
             self._live[pid] = cgroup
         sock = socket.socket(fileno=fds[0])
         sock.setblocking(False)
+        os.set_blocking(fds[1], False)
         return ZygoteWorkerHandle(
             pid=pid,
             sock=sock,
@@ -361,6 +394,7 @@ class Zygote:
             turn_id=turn_id,
             zygote=self,
             cgroup_path=cgroup,
+            exits=fds[1],
         )
 
     # -------------------------------------------------------------- the wire
@@ -388,7 +422,7 @@ class Zygote:
             self._sock.send(msgpack.packb({**request, "id": seq}))
             while True:
                 self._sock.settimeout(max(0.001, until - time.monotonic()))
-                data, fds, flags, _ = socket.recv_fds(self._sock, MAX_MESSAGE, 1)
+                data, fds, flags, _ = socket.recv_fds(self._sock, MAX_MESSAGE, 2)
                 if not data:
                     raise ZygoteError("the zygote closed its control socket")
                 if flags & socket.MSG_TRUNC:
@@ -415,6 +449,12 @@ class Zygote:
                 os.close(fd)
             raise SpawnError(f"zygote refused {request.get('op')!r}: {reply.get('error')}")
         return reply, fds
+
+    def abandon(self, reason: str) -> None:
+        """Declare the zygote broken from outside a call (it failed to report an exit)."""
+        with self._lock:
+            if self._dead is None:
+                self._fail(reason)
 
     def _fail(self, reason: str) -> None:
         """The zygote cannot be trusted any more: kill it (its workers die with it)."""
@@ -490,6 +530,35 @@ class RequestError(Exception):
 
 
 @dataclass(slots=True)
+class Worker:
+    """A worker handed to the service and not yet reported: its handle, the write end of its
+    exit pipe, a pidfd to watch (-1 where the kernel has none)."""
+
+    handle: WorkerHandle
+    exit_w: int
+    pidfd: int
+    killed_overdue: bool = False
+
+    def release(self, code: int | None) -> None:
+        """Report ``code`` (None: nothing to report) and close the exit pipe and the pidfd."""
+        if code is not None:
+            with contextlib.suppress(OSError):  # the service closed its end: nobody listens
+                os.write(self.exit_w, EXIT_CODE.pack(code))
+        for fd in (self.exit_w, self.pidfd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.exit_w = self.pidfd = -1
+
+
+def _pidfd(pid: int) -> int:
+    try:
+        return os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return -1
+
+
+@dataclass(slots=True)
 class Spare:
     """The idle spare worker and the toolbox it was forked with (its registry holds that)."""
 
@@ -514,38 +583,83 @@ class ZygoteServer:
         self.context = context_from_settings(settings)
         self.keep_spare = spare
         self.spare: Spare | None = None
-        self.handles: dict[int, WorkerHandle] = {}
+        self.workers: dict[int, Worker] = {}
         self.pending = bytearray()
         self.handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
             "ping": self.ping,
             "part": self.part,
             "kill": self.kill,
-            "reap": self.reap,
             "close": self.close,
         }
 
     def serve(self) -> None:
-        """Answer requests until the client hangs up, then kill and reap every worker."""
+        """Answer requests and report exits until the client hangs up, then kill and reap
+        every worker."""
         self.sock.setblocking(True)
         try:
             spawn.warm_codec()  # before any worker is forked: they all inherit it
             self.refill()
             while True:
-                try:
-                    data, fds, flags, _ = socket.recv_fds(self.sock, MAX_MESSAGE, 4)
-                except InterruptedError:
-                    continue
-                except OSError as exc:
-                    log.error("zygote_control_failed", error=str(exc))
+                poller = select.poll()
+                poller.register(self.sock.fileno(), select.POLLIN)
+                for worker in self.workers.values():
+                    if worker.pidfd >= 0:
+                        poller.register(worker.pidfd, select.POLLIN)
+                timeout = self.next_look()
+                ready = poller.poll(None if timeout is None else max(1, int(timeout * 1000)))
+                if any(fd == self.sock.fileno() for fd, _ in ready) and not self.receive():
                     return
-                for fd in fds:  # nothing we asked for
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
-                if not data:
-                    return
-                self.handle(data, truncated=bool(flags & socket.MSG_TRUNC))
+                self.look_at_workers()
         finally:
             self.shutdown()
+
+    def receive(self) -> bool:
+        """Answer the one message waiting; False once the client is gone."""
+        try:
+            data, fds, flags, _ = socket.recv_fds(self.sock, MAX_MESSAGE, 4)
+        except InterruptedError:
+            return True
+        except OSError as exc:
+            log.error("zygote_control_failed", error=str(exc))
+            return False
+        for fd in fds:  # nothing we asked for
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if not data:
+            return False
+        self.handle(data, truncated=bool(flags & socket.MSG_TRUNC))
+        return True
+
+    def next_look(self) -> float | None:
+        """Seconds until the workers need looking at without an event (a backstop kill, or a
+        worker without a pidfd), or None: only an event can change anything."""
+        if any(w.pidfd < 0 for w in self.workers.values()):
+            return _POLL_FALLBACK_S
+        due = [self.backstop_at(w) for w in self.workers.values() if not w.killed_overdue]
+        due = [d for d in due if d != math.inf]
+        return max(0.0, min(due) - time.monotonic()) if due else None
+
+    def backstop_at(self, worker: Worker) -> float:
+        return worker.handle.deadline + self.settings.limits.kill_grace_s + BACKSTOP_S
+
+    def look_at_workers(self) -> None:
+        """Report every worker that exited (group and cgroup swept, reaped); kill one that ran
+        past its backstop."""
+        now = time.monotonic()
+        for pid, worker in list(self.workers.items()):
+            handle = worker.handle
+            code = handle.reap(block=False)
+            if code is None:
+                if not worker.killed_overdue and now >= self.backstop_at(worker):
+                    log.warning("worker_killed_overdue", pid=pid, turn_id=handle.turn_id)
+                    worker.killed_overdue = True
+                    handle.kill()
+                continue
+            with contextlib.suppress(Exception):
+                handle.close()  # the turn's cgroup: stragglers die, the directory goes
+            worker.release(code)
+            del self.workers[pid]
+            log.info("worker_exited", pid=pid, turn_id=handle.turn_id, exit_code=code)
 
     def handle(self, data: bytes, *, truncated: bool = False) -> None:
         """Answer one message (never raises for a bad one)."""
@@ -640,7 +754,12 @@ class ZygoteServer:
             except SpawnError as exc:
                 self.refill()  # no worker for this turn; maybe one for the next
                 raise RequestError("spawn", str(exc)) from exc
-        self.handles[handle.pid] = handle
+        try:
+            exit_r, exit_w = os.pipe2(os.O_CLOEXEC)
+        except OSError as exc:
+            self.discard(handle)
+            raise RequestError("spawn", f"cannot open the exit pipe: {exc}") from exc
+        self.workers[handle.pid] = Worker(handle, exit_w, _pidfd(handle.pid))
         cgroup = str(handle.cgroup.path) if handle.cgroup is not None else None
         try:
             self.reply(
@@ -651,11 +770,12 @@ class ZygoteServer:
                     "deadline": handle.deadline,
                     "cgroup": cgroup,
                 },
-                (handle.sock.fileno(),),
+                (handle.sock.fileno(), exit_r),
             )
         finally:
             # The service holds the channel now; a copy here would hide the worker's EOF.
             handle.sock.close()
+            os.close(exit_r)
         # Only now, with the service already talking to this turn's worker: the next spare.
         if self.refill():
             self.rehearse()
@@ -744,70 +864,31 @@ class ZygoteServer:
         with contextlib.suppress(Exception):
             handle.close()
 
-    def _handle_of(self, request: dict[str, Any]) -> WorkerHandle:
+    def _worker_of(self, request: dict[str, Any]) -> Worker | None:
         pid = request.get("pid")
-        handle = self.handles.get(pid) if isinstance(pid, int) else None
-        if handle is None:
-            raise RequestError("unknown", f"no worker {pid!r:.20}")
-        return handle
+        return self.workers.get(pid) if isinstance(pid, int) else None
 
     def kill(self, request: dict[str, Any]) -> dict[str, Any]:
-        self._handle_of(request).kill()
+        worker = self._worker_of(request)
+        if worker is None:
+            raise RequestError("unknown", f"no worker {request.get('pid')!r:.20}")
+        worker.handle.kill()
         return {}
 
-    def reap(self, request: dict[str, Any]) -> dict[str, Any]:
-        handle = self._handle_of(request)
-        wait = request.get("wait", 0.0)
-        if not isinstance(wait, int | float) or wait < 0:
-            raise RequestError("protocol", "wait is a non-negative number")
-        return {"exit_code": _reap_within(handle, min(float(wait), REAP_WAIT_S))}
-
     def close(self, request: dict[str, Any]) -> dict[str, Any]:
-        handle = self._handle_of(request)
-        code = handle.reap(block=False)
-        if code is None:
-            handle.kill()
-            code = handle.reap(block=True)
-        handle.close()
-        del self.handles[handle.pid]
-        return {"exit_code": code}
+        """The service is done with a worker: one still running is killed (and reported when
+        it is reaped, to nobody). An unknown pid already exited and was reported."""
+        worker = self._worker_of(request)
+        if worker is not None and worker.handle.reap(block=False) is None:
+            worker.handle.kill()
+        return {}
 
     def shutdown(self) -> None:
         """Kill, reap and close every worker still held, and the spare."""
         spare, self.spare = self.spare, None
         if spare is not None:
             self.discard(spare.handle)
-        for handle in list(self.handles.values()):
-            with contextlib.suppress(Exception):
-                handle.kill()
-                handle.reap(block=True)
-                handle.close()
-        self.handles.clear()
-
-
-def _reap_within(handle: WorkerHandle, wait: float) -> int | None:
-    """``handle.reap()``, waiting up to ``wait`` s for the exit (on a pidfd where there is one)."""
-    code = handle.reap(block=False)
-    if code is not None or wait <= 0:
-        return code
-    until = time.monotonic() + wait
-    pidfd = -1
-    with contextlib.suppress(OSError, AttributeError):
-        pidfd = os.pidfd_open(handle.pid)
-    try:
-        poller = select.poll()
-        if pidfd >= 0:
-            poller.register(pidfd, select.POLLIN)
-        while code is None:
-            left = until - time.monotonic()
-            if left <= 0:
-                break
-            if pidfd >= 0:
-                poller.poll(max(1, int(left * 1000)))
-            else:
-                time.sleep(min(0.002, left))
-            code = handle.reap(block=False)
-    finally:
-        if pidfd >= 0:
-            os.close(pidfd)
-    return code
+        for worker in list(self.workers.values()):
+            self.discard(worker.handle)
+            worker.release(worker.handle.exit_code)
+        self.workers.clear()

@@ -52,6 +52,27 @@ def run():
             time.sleep(1)
     time.sleep(1000)
 """,
+    # Shuts every descriptor but stdio (the worker's channel among them) and goes on running.
+    "hangup": HEADER
+    + """import os
+import time
+
+
+def run():
+    os.closerange(3, 4096)
+    time.sleep(1000)
+""",
+    # Ignores every signal it can and keeps running (SIGKILL it cannot ignore).
+    "stubborn": HEADER
+    + """import signal
+import time
+
+
+def run():
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGXCPU):
+        signal.signal(sig, signal.SIG_IGN)
+    time.sleep(1000)
+""",
     "spew": HEADER
     + """import sys
 
@@ -155,3 +176,27 @@ def test_a_child_forked_by_a_runaway_tool_dies_with_its_turn(runaway: Service) -
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("runaway", ["hangup", "stubborn", "nap"], indirect=True)
+def test_every_actor_keeps_answering_while_a_worker_hangs_or_hangs_up(runaway: Service) -> None:
+    """No actor ever waits on a process: while the tool runs, is killed and is reaped, the
+    supervisor's status round trip (through the one actor thread) stays under 100 ms."""
+    runaway.status()  # the path warmed once
+    runaway.say("use " + runaway_tool(runaway))
+    started, worst = time.monotonic(), 0.0
+    while time.monotonic() - started < TURN_S + GRACE_S + 1.0:
+        before = time.monotonic()
+        status = runaway.status()
+        worst = max(worst, time.monotonic() - before)
+        assert status.restarts == 0
+        time.sleep(0.02)
+    assert worst < 0.1, f"a status request took {worst * 1000:.0f} ms"
+    reply = runaway.expect("shelldon › ", timeout=BUDGET_S + 5)
+    assert reply
+    wait_until(lambda: not runaway.turn_workers(), 5, "the worker to be reaped")
+
+
+def runaway_tool(svc: Service) -> str:
+    (live,) = sorted(p.stem for p in (svc.settings.workspace / "tools").glob("*.py"))
+    return live
