@@ -19,6 +19,7 @@ from actors.base import ContractActor
 from actors.messages import Fatal, JobAnswer, StartResume, StartTurn, TurnEnded, Typing, Wire
 from shelldon.config import Settings
 from shelldon.contracts import Result, ResumeRequest, TurnRequest
+from shelldon.core.child import SpawnError
 from shelldon.core.turnwatch import (
     Finished,
     Forward,
@@ -28,7 +29,7 @@ from shelldon.core.turnwatch import (
     max_model_calls,
 )
 from shelldon.worker.channel import FrameError
-from shelldon.worker.spawn import SpawnError, WorkerHandle
+from shelldon.worker.spawn import WorkerHandle
 
 log = structlog.get_logger(__name__)
 

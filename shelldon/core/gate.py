@@ -19,8 +19,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import functools
 import importlib.util
 import json
@@ -28,12 +26,10 @@ import os
 import select
 import shutil
 import signal
-import subprocess
 import sys
 import sysconfig
 import tempfile
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +39,7 @@ import structlog
 
 from shelldon.config import LimitsSettings, SandboxSettings
 from shelldon.core import sandbox
+from shelldon.core.child import Child
 from shelldon.core.gate_scan import StaticScan, static_checks
 from shelldon.core.limits import ProcessLimits, preexec_with_limits
 from shelldon.core.manifest import code_hash
@@ -111,40 +108,6 @@ class GateReport:
     unavailable: bool = False
 
 
-class _Output:
-    """Combined output kept within a cap: the head and the tail, what was dropped counted."""
-
-    def __init__(self, cap_chars: int) -> None:
-        self.half = max(cap_chars // 2, 256)
-        self.head = bytearray()
-        self.tail: deque[bytes] = deque()
-        self.tail_len = 0
-        self.dropped = 0
-
-    def add(self, chunk: bytes) -> None:
-        room = self.half - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if not chunk:
-            return
-        self.tail.append(chunk)
-        self.tail_len += len(chunk)
-        while self.tail_len - len(self.tail[0]) >= self.half:
-            self.dropped += len(self.tail[0])
-            self.tail_len -= len(self.tail.popleft())
-
-    def text(self) -> str:
-        tail = b"".join(self.tail)
-        dropped = self.dropped + max(len(tail) - self.half, 0)
-        tail = tail[-self.half :]
-        head = self.head.decode("utf-8", "replace")
-        rest = tail.decode("utf-8", "replace")
-        if dropped:
-            return f"{head}\n…[{dropped} bytes of output dropped]…\n{rest}"
-        return head + rest
-
-
 @functools.cache
 def _package_dirs() -> tuple[str, ...]:
     """Where pytest and its dependencies are installed (found without importing pytest)."""
@@ -197,25 +160,26 @@ class GateRun:
         self._on_done = on_done
         self._started = time.monotonic()
         self.deadline = self._started + limits.timeout_s
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._child: Child | None = None
         self._private: Path | None = None
-        self._output = _Output(limits.max_output_chars)
         self._report: GateReport | None = None
-        self.output_closed = False
-        self._cgroup: sandbox.TurnCgroup | None = None
         self._unavailable = False
 
     @property
     def pid(self) -> int | None:
         """The pytest process (also its process group id), or None if none was started."""
-        return self._proc.pid if self._proc else None
+        return self._child.pid if self._child else None
 
     @property
     def fd(self) -> int | None:
         """The read end of the combined-output pipe, or None once closed / never opened."""
-        if self._proc is None or self._proc.stdout is None or self.output_closed:
-            return None
-        return self._proc.stdout.fileno()
+        output = self._child.output if self._child is not None else None
+        return output.fd if output is not None and not output.eof else None
+
+    @property
+    def output_closed(self) -> bool:
+        output = self._child.output if self._child is not None else None
+        return output is None or output.eof
 
     def _launch(self, staging: Path, tool: Path, test: Path) -> None:
         private = Path(tempfile.mkdtemp(prefix=".gate-", dir=staging))
@@ -246,7 +210,7 @@ class GateRun:
         limits = ProcessLimits(self._limits.address_space_mb, self._limits.cpu_s)
         # Kernel confinement in the child before exec: read-write only on the staging dir (its
         # private dir inside), no IP sockets, no ptrace; its own cgroup where one can be made.
-        self._cgroup = sandbox.open_turn_cgroup(
+        cgroup = sandbox.open_turn_cgroup(
             self._limits.sandbox, f"shelldon-gate-{os.getpid()}-{private.name.lstrip('.')}"
         )
         confined = sandbox.gate_preexec(
@@ -255,92 +219,56 @@ class GateRun:
             private,
             _package_dirs(),
             then=preexec_with_limits(limits),
-            cgroup=self._cgroup,
+            cgroup=cgroup,
         )
-        self._proc = subprocess.Popen(
-            argv,
-            cwd=staging,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=confined,  # noqa: PLW1509 - RLIMITs and the sandbox need it
-            close_fds=True,
-        )
-        assert self._proc.stdout is not None
-        os.set_blocking(self._proc.stdout.fileno(), False)
-        log.info("gate_started", tool=self.name, pid=self._proc.pid)
-
-    def _read_available(self, max_chunks: int = 64) -> None:
-        """Read what the pipe holds now; bounded, so a child that never stops writing (or one
-        that escaped the group and keeps the pipe open) cannot hold ``poll`` hostage."""
-        fd = self.fd
-        for _ in range(max_chunks):
-            if fd is None:
-                return
-            try:
-                chunk = os.read(fd, 65536)
-            except BlockingIOError:
-                return
-            except OSError as exc:
-                if exc.errno == errno.EINTR:
-                    continue
-                chunk = b""
-            if not chunk:
-                self._close_output()
-                return
-            self._output.add(chunk)
-
-    def _close_output(self) -> None:
-        if self._proc is not None and self._proc.stdout is not None and not self.output_closed:
-            self.output_closed = True
-            self._proc.stdout.close()
-
-    def _leader_exited(self) -> bool:
-        """Has pytest exited? Checked without reaping, so its group id stays ours to kill."""
-        assert self._proc is not None
-        if self._proc.returncode is not None:
-            return True
         try:
-            info = os.waitid(os.P_PID, self._proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return True
-        return info is not None
+            self._child = Child.spawn(
+                argv,
+                cwd=staging,
+                env=env,
+                preexec=confined,
+                capture=self._limits.max_output_chars,
+                tail=True,
+                cgroup=cgroup,
+            )
+        except BaseException:
+            if cgroup is not None:
+                cgroup.close()
+            raise
+        log.info("gate_started", tool=self.name, pid=self._child.pid)
 
-    def _kill_group(self) -> None:
-        assert self._proc is not None
-        if self._cgroup is not None:
-            self._cgroup.kill()  # stragglers that left the process group die too
-        if self._proc.returncode is None:
-            # The leader is unreaped (maybe a zombie), so the group id cannot have been reused.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._proc.pid, signal.SIGKILL)
-        self._proc.wait()
+    def _stop(self) -> None:
+        """Kill pytest's cgroup and group, reap it, and read what it wrote before it died."""
+        child = self._child
+        assert child is not None
+        child.kill()
+        child.reap(block=True)
+        if child.output is not None:
+            child.output.drain()
+            child.output.close()
 
     def poll(self) -> GateReport | None:
         """The report once the gate is done, else None; never blocks."""
         if self._report is not None:
             return self._report
-        if self._proc is None:
+        child = self._child
+        if child is None:
             return self._finish(None, timed_out=False, cancelled=False)
-        self._read_available()
-        exited = self._leader_exited()
+        if child.output is not None:
+            child.output.drain()
+        exited = child.exited()
         if not exited and time.monotonic() < self.deadline:
             return None
-        self._kill_group()
-        self._read_available()  # what the group wrote before it died
-        self._close_output()
-        return self._finish(self._proc.returncode, timed_out=not exited, cancelled=False)
+        self._stop()
+        return self._finish(child.exit_code, timed_out=not exited, cancelled=False)
 
     def kill(self) -> GateReport:
         """Stop the gate now (kills pytest's whole process group); the report says cancelled."""
         if self._report is not None:
             return self._report
-        if self._proc is not None:
-            self._kill_group()
-            self._close_output()
-        return self._finish(self._proc.returncode if self._proc else None, False, cancelled=True)
+        if self._child is not None:
+            self._stop()
+        return self._finish(self._child.exit_code if self._child else None, False, cancelled=True)
 
     def wait(self) -> GateReport:
         """Block until the gate is done (or timed out) and return its report."""
@@ -360,6 +288,10 @@ class GateRun:
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
+
+    def _output_head(self) -> bytes:
+        output = self._child.output if self._child is not None else None
+        return bytes(output.head) if output is not None else b""
 
     def _probe_report(self) -> dict[str, Any] | None:
         if self._private is None:
@@ -387,7 +319,7 @@ class GateRun:
                 f"{self._limits.cpu_s}s or memory limit of {self._limits.address_space_mb} MB?)"
             ], 0
         counts = self._probe_report()
-        if counts is None and b"No module named pytest" in self._output.head:
+        if counts is None and b"No module named pytest" in self._output_head():
             # This interpreter finds pytest but the confined run could not import it.
             self._unavailable = True
             return [
@@ -427,19 +359,21 @@ class GateRun:
     def _finish(self, returncode: int | None, timed_out: bool, cancelled: bool) -> GateReport:
         findings = list(self._static.findings)
         passed_tests = 0
-        if self._proc is not None:
+        output = ""
+        if self._child is not None:
             more, passed_tests = self._verdict(returncode, timed_out, cancelled)
             findings += more
+            if self._child.output is not None:
+                output = self._child.output.text()
+            self._child.close()  # its cgroup too: killed, removed
         if self._private is not None:
             shutil.rmtree(self._private, ignore_errors=True)
-        if self._cgroup is not None:
-            self._cgroup.close()
         report = GateReport(
             name=self.name,
             passed=not findings,
             unavailable=self._unavailable,
             findings=tuple(findings),
-            output=self._output.text(),
+            output=output,
             duration_s=time.monotonic() - self._started,
             dynamic_imports=self._static.dynamic_imports,
             code_hash=self._digest,

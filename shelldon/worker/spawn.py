@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import _signal
 import contextlib
-import ctypes
-import errno
 import fcntl
 import gc
 import math
@@ -59,6 +57,7 @@ from shelldon.contracts import (
     encode,
 )
 from shelldon.core import sandbox
+from shelldon.core.child import EXIT_UNKNOWN, Child, SpawnError, die_with_parent
 from shelldon.core.limits import ProcessLimits, apply_limits
 from shelldon.secrets import forget_env_secrets
 from shelldon.worker.channel import (
@@ -82,9 +81,8 @@ ENV_ALLOWLIST = ("PATH", "HOME", "LANG", "TZ")
 EXIT_OK = 0
 EXIT_CRASH = 1
 EXIT_CHANNEL = 3
-EXIT_UNKNOWN = 255
-"""Worker exit codes: Result sent; crashed (apology attempted); Result could not be sent;
-unknown because something other than its handle reaped it."""
+"""Worker exit codes: Result sent; crashed (apology attempted); Result could not be sent.
+(``EXIT_UNKNOWN``, from ``shelldon.core.child``: something other than its handle reaped it.)"""
 
 SPARE_TURN_ID = "spare"
 """The turn id a spare logs under until its Assignment names the real one."""
@@ -104,18 +102,12 @@ CRASH_REPLY = "Sorry — something broke inside me during this turn. Please try 
 RegistryFactory = Callable[[Settings], Registry]
 _READ_CHUNK = 1 << 16
 _READ_BUDGET = 2 * (MAX_BLOB_BYTES + HEADER.size)
-_PR_SET_PDEATHSIG = 1
-# Looked up once in the parent so a worker does not pay for dlopen/dlsym on its way up.
-_PRCTL = ctypes.CDLL(None, use_errno=True).prctl
-
-
-class SpawnError(RuntimeError):
-    """The worker could not be started (no socketpair or fork); the turn should apologize."""
 
 
 @dataclass(slots=True)
 class WorkerHandle:
-    """The parent's side of one worker: its pid, the non-blocking channel end, the deadline.
+    """The parent's side of one worker: its pid, the non-blocking channel end, the deadline,
+    and the process itself (``proc``, a ``Child``: kill, reap and release go through it).
 
     ``kill()``, ``reap()`` and ``close()`` are idempotent; use it as a context manager to get
     all three on exit.
@@ -129,7 +121,7 @@ class WorkerHandle:
     reader: FrameReader = field(default_factory=FrameReader)
     eof: bool = False
     cgroup: sandbox.TurnCgroup | None = None
-    pidfd: int = -1
+    proc: Child | None = None
 
     def fileno(self) -> int:
         """The channel's descriptor (what the TurnActor watches for readability)."""
@@ -138,10 +130,7 @@ class WorkerHandle:
     def exit_fileno(self) -> int:
         """A descriptor that becomes readable once the worker has exited (a pidfd), so its
         owner can watch for the exit instead of waiting; -1 where the kernel has none."""
-        if self.pidfd < 0 and self.exit_code is None:
-            with contextlib.suppress(OSError, AttributeError):
-                self.pidfd = os.pidfd_open(self.pid)
-        return self.pidfd
+        return self.proc.exit_fileno() if self.proc is not None else -1
 
     def send(self, obj: Any) -> None:
         """Answer the worker with one frame (Completion or JobFailed); raises ``FrameError``."""
@@ -172,61 +161,24 @@ class WorkerHandle:
         return frames
 
     def kill(self) -> None:
-        """SIGKILL the worker unless it was already reaped (its pid may belong to another)."""
-        if self.cgroup is not None:
-            self.cgroup.kill()  # the worker and every straggler it left, setsid'd or not
-        if self.exit_code is not None:
-            return
-        self._kill_group()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGKILL)
-
-    def _kill_group(self) -> None:
-        """SIGKILL every process left in the worker's group (children its tools forked). Only
-        while the worker is unreaped: until then its pid, hence the group id, is not reused."""
-        with contextlib.suppress(OSError):
-            os.killpg(self.pid, signal.SIGKILL)
+        """SIGKILL the worker, its process group and its cgroup (never a recycled pid)."""
+        if self.proc is not None:
+            self.proc.kill()
 
     def reap(self, block: bool = False) -> int | None:
         """Collect the worker's exit: its exit code (negative: killed by that signal), or None
         while it still runs and ``block`` is False."""
-        if self.exit_code is not None:
-            return self.exit_code
-        try:
-            # Has it exited? Asked without reaping, so its group can still be swept safely.
-            exited = os.waitid(
-                os.P_PID, self.pid, os.WEXITED | os.WNOWAIT | (0 if block else os.WNOHANG)
-            )
-        except ChildProcessError:
-            exited = None
-        except InterruptedError:
-            return None if not block else self.reap(block=True)
-        if exited is not None:
-            self._kill_group()
-        while True:
-            try:
-                pid, status = os.waitpid(self.pid, 0 if block else os.WNOHANG)
-            except InterruptedError:
-                continue
-            except ChildProcessError:
-                # Someone else reaped it (a stray waitpid(-1)); it is gone either way.
+        if self.exit_code is None and self.proc is not None:
+            self.exit_code = self.proc.reap(block)
+            if self.exit_code == EXIT_UNKNOWN:
                 log.warning("worker_already_reaped", pid=self.pid, turn_id=self.turn_id)
-                self.exit_code = EXIT_UNKNOWN
-                return self.exit_code
-            break
-        if pid == 0:
-            return None
-        self.exit_code = os.waitstatus_to_exitcode(status)
         return self.exit_code
 
     def close(self) -> None:
         """Close the parent's end of the channel; kill and remove the turn's cgroup, if any."""
         self.sock.close()
-        if self.pidfd >= 0:
-            os.close(self.pidfd)
-            self.pidfd = -1
-        if self.cgroup is not None:
-            self.cgroup.close()
+        if self.proc is not None:
+            self.proc.close()
 
     def __enter__(self) -> WorkerHandle:
         return self
@@ -304,15 +256,6 @@ def scrub_environment() -> None:
         del os.environ[name]  # os.environ's __delitem__ also unsetenv()s the C environment
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """Ask the kernel to SIGKILL this worker if the process that forked it dies first."""
-    with contextlib.suppress(OSError, AttributeError):
-        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    if os.getppid() != parent_pid:
-        # The parent died before prctl took effect: nobody will read our Result.
-        os._exit(EXIT_CHANNEL)
-
-
 def confine(
     settings: Settings, *, network: bool = False, cgroup: sandbox.TurnCgroup | None = None
 ) -> None:
@@ -336,7 +279,8 @@ def prepare_child(
 ) -> None:
     """Everything the worker does before it trusts itself to run a turn, in this order."""
     reset_signals()
-    die_with_parent(parent_pid)
+    # The parent died before this took effect: nobody will read our Result.
+    die_with_parent(parent_pid, EXIT_CHANNEL)
     close_inherited_fds(keep_fd, *sandbox.prebuilt_ruleset_fds())
     reopen_stdio()
     scrub_environment()
@@ -556,22 +500,13 @@ def _spawn(
     # Prepared here so the worker only makes syscalls: filter built, paths listed, cgroup made.
     cgroup = sandbox.prepare_worker(settings)
     parent_pid = os.getpid()
-    try:
-        pid = os.fork()
-    except OSError as exc:
-        parent_end.close()
-        child_end.close()
-        if cgroup is not None:
-            cgroup.close()
-        hint = " (out of processes or memory)" if exc.errno in (errno.EAGAIN, errno.ENOMEM) else ""
-        raise SpawnError(f"cannot fork a worker{hint}: {exc}") from exc
-    if pid == 0:  # pragma: no cover - the child; its coverage is the parent's assertions
+
+    def child_body() -> None:  # pragma: no cover - the child; covered by the parent's asserts
         try:
             # Inherited objects must never be collected here: a finalizer would close an fd
-            # number the worker may have reused by then.
+            # number the worker may have reused by then. (Its own process group is set by
+            # Child.fork: whatever its tools fork dies with it.)
             gc.freeze()
-            # Its own process group: whatever its tools fork dies with it (see reap/kill).
-            os.setpgid(0, 0)
             parent_end.close()
         finally:
             # A plain turn runs a tool only after the parent's first Completion, by which time
@@ -588,9 +523,17 @@ def _spawn(
                 network,
                 cgroup if network else None,
             )
+
+    try:
+        proc = Child.fork(child_body, cgroup=cgroup)
+    except SpawnError as exc:
+        parent_end.close()
+        child_end.close()
+        if cgroup is not None:
+            cgroup.close()
+        raise SpawnError(f"cannot start a worker: {exc}") from exc
+    pid = proc.pid
     child_end.close()
-    with contextlib.suppress(OSError):
-        os.setpgid(pid, pid)  # also from this side, so there is no window before the child's
     if cgroup is not None and not network:
         try:
             cgroup.adopt(pid)
@@ -598,7 +541,9 @@ def _spawn(
             log.warning("cgroup_not_joined", turn_id=turn_id, error=str(exc))
     parent_end.setblocking(False)
     log.info("spare_spawned" if body is None else "worker_spawned", pid=pid, turn_id=turn_id)
-    return WorkerHandle(pid=pid, sock=parent_end, deadline=deadline, turn_id=turn_id, cgroup=cgroup)
+    return WorkerHandle(
+        pid=pid, sock=parent_end, deadline=deadline, turn_id=turn_id, cgroup=cgroup, proc=proc
+    )
 
 
 def spawn_turn(

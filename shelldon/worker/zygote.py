@@ -74,17 +74,15 @@ from shelldon.contracts import (
     encode,
 )
 from shelldon.core import sandbox
+from shelldon.core.child import EXIT_UNKNOWN, SpawnError, die_with_parent, readable
 from shelldon.secrets import forget_env_secrets
 from shelldon.worker import spawn
 from shelldon.worker.channel import pack_frame
 from shelldon.worker.spawn import (
-    EXIT_UNKNOWN,
     RegistryFactory,
-    SpawnError,
     WorkerHandle,
     above_stdio,
     close_inherited_fds,
-    die_with_parent,
     reopen_stdio,
     reset_signals,
 )
@@ -169,7 +167,7 @@ class ZygoteWorkerHandle(WorkerHandle):
         if self.exits < 0:
             self.exit_code = EXIT_UNKNOWN
             return self.exit_code
-        if not _readable(self.exits, REAP_BLOCK_S if block else 0.0):
+        if not readable(self.exits, REAP_BLOCK_S if block else 0.0):
             if not block:
                 return None
             if self.zygote is not None:
@@ -220,12 +218,6 @@ class ZygoteWorkerHandle(WorkerHandle):
 
     def __enter__(self) -> ZygoteWorkerHandle:
         return self
-
-
-def _readable(fd: int, wait: float) -> bool:
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(int(wait * 1000) if wait > 0 else 0))
 
 
 class Zygote:
@@ -501,7 +493,7 @@ def _zygote_main(
         # Inherited objects must never be collected here: a finalizer would close an fd number
         # this process may have reused by then. (Frozen before the fds close, not after.)
         gc.freeze()
-        die_with_parent(parent_pid)
+        die_with_parent(parent_pid, 1)
         close_inherited_fds(sock.fileno())
         # Rulesets the service may have prebuilt were closed just now: forget their numbers,
         # or the next prepared worker would "apply" whatever reuses them. (No public hook in
@@ -531,31 +523,23 @@ class RequestError(Exception):
 
 @dataclass(slots=True)
 class Worker:
-    """A worker handed to the service and not yet reported: its handle, the write end of its
-    exit pipe, a pidfd to watch (-1 where the kernel has none)."""
+    """A worker handed to the service and not yet reported: its handle (whose pidfd the loop
+    watches) and the write end of its exit pipe."""
 
     handle: WorkerHandle
     exit_w: int
-    pidfd: int
     killed_overdue: bool = False
 
     def release(self, code: int | None) -> None:
-        """Report ``code`` (None: nothing to report) and close the exit pipe and the pidfd."""
+        """Report ``code`` (None: nothing to report) and close the exit pipe."""
+        if self.exit_w < 0:
+            return
         if code is not None:
             with contextlib.suppress(OSError):  # the service closed its end: nobody listens
                 os.write(self.exit_w, EXIT_CODE.pack(code))
-        for fd in (self.exit_w, self.pidfd):
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        self.exit_w = self.pidfd = -1
-
-
-def _pidfd(pid: int) -> int:
-    try:
-        return os.pidfd_open(pid)
-    except (OSError, AttributeError):
-        return -1
+        with contextlib.suppress(OSError):
+            os.close(self.exit_w)
+        self.exit_w = -1
 
 
 @dataclass(slots=True)
@@ -603,8 +587,8 @@ class ZygoteServer:
                 poller = select.poll()
                 poller.register(self.sock.fileno(), select.POLLIN)
                 for worker in self.workers.values():
-                    if worker.pidfd >= 0:
-                        poller.register(worker.pidfd, select.POLLIN)
+                    if worker.handle.exit_fileno() >= 0:
+                        poller.register(worker.handle.exit_fileno(), select.POLLIN)
                 timeout = self.next_look()
                 ready = poller.poll(None if timeout is None else max(1, int(timeout * 1000)))
                 if any(fd == self.sock.fileno() for fd, _ in ready) and not self.receive():
@@ -633,7 +617,7 @@ class ZygoteServer:
     def next_look(self) -> float | None:
         """Seconds until the workers need looking at without an event (a backstop kill, or a
         worker without a pidfd), or None: only an event can change anything."""
-        if any(w.pidfd < 0 for w in self.workers.values()):
+        if any(w.handle.exit_fileno() < 0 for w in self.workers.values()):
             return _POLL_FALLBACK_S
         due = [self.backstop_at(w) for w in self.workers.values() if not w.killed_overdue]
         due = [d for d in due if d != math.inf]
@@ -759,7 +743,7 @@ class ZygoteServer:
         except OSError as exc:
             self.discard(handle)
             raise RequestError("spawn", f"cannot open the exit pipe: {exc}") from exc
-        self.workers[handle.pid] = Worker(handle, exit_w, _pidfd(handle.pid))
+        self.workers[handle.pid] = Worker(handle, exit_w)
         cgroup = str(handle.cgroup.path) if handle.cgroup is not None else None
         try:
             self.reply(

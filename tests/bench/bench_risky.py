@@ -22,10 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from aiohttp import web
 
+from shelldon.core.child import process_table
 from shelldon.worker.tools.git import check_git_args, git
 from shelldon.worker.tools.http import make_http_get
 from shelldon.worker.tools.registry import ToolContext
-from shelldon.worker.tools.shell import process_table, run_shell
+from shelldon.worker.tools.shell import run_shell
 from shelldon.worker.tools.ssrf import DEFAULT_POLICY, AddressPolicy, normalize_host
 from shelldon.worker.tools.write import write_file
 

@@ -16,7 +16,6 @@ A restricted namespace, not a sandbox: it makes the common escapes fail closed. 
 from __future__ import annotations
 
 import ast
-import contextlib
 import math
 import os
 import select
@@ -29,6 +28,7 @@ from typing import Any, NoReturn
 import structlog
 
 from shelldon.contracts import Tier, ToolDefinition
+from shelldon.core.child import Child, SpawnError
 from shelldon.core.limits import ProcessLimits, apply_limits
 from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
 
@@ -237,21 +237,16 @@ def _read_until(fd: int, deadline: float, max_bytes: int) -> tuple[bytes, bool]:
             return b"".join(chunks), True
 
 
-def _kill_and_reap(pid: int) -> int:
-    """SIGKILL the child (if it still runs) and reap it; returns the wait status."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    return status
-
-
-def _describe_death(status: int) -> str:
-    """Why a child that sent nothing ended."""
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        if sig == signal.SIGXCPU:
+def _describe_death(code: int) -> str:
+    """Why a child that sent nothing ended (``code`` negative: the signal that killed it)."""
+    if code < 0:
+        if -code == signal.SIGXCPU:
             return "python_eval stopped: the expression hit the CPU-time limit"
-        return f"python_eval stopped: the evaluator died with {signal.Signals(sig).name}"
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"python_eval stopped: the evaluator died with {name}"
     return "python_eval stopped: the evaluator exited without an answer"
 
 
@@ -259,29 +254,23 @@ def evaluate_bounded(tree: ast.Expression, ctx: ToolContext) -> Outcome:
     """Evaluate a checked expression in a forked child, bounded by ``ctx.eval_timeout_s``."""
     read_fd, write_fd = os.pipe()
     try:
-        pid = os.fork()
-    except OSError as exc:
+        child = Child.fork(lambda: _child(tree, ctx, read_fd, write_fd))
+    except SpawnError as exc:
         os.close(read_fd)
         os.close(write_fd)
         log.warning("python_eval_fork_failed", error=str(exc))
-        raise ToolError(f"python_eval is unavailable right now (cannot fork: {exc})") from None
-    if pid == 0:
-        _child(tree, ctx, read_fd, write_fd)
+        raise ToolError(f"python_eval is unavailable right now ({exc})") from None
     os.close(write_fd)
     deadline = time.monotonic() + ctx.eval_timeout_s
-    reaped = False
-    try:
-        # 4 bytes per character at most, plus the status byte and the cut note.
-        data, cut_short = _read_until(read_fd, deadline, 4 * ctx.max_output_chars + 256)
+    with child:  # killed, reaped and released however this block is left
+        try:
+            # 4 bytes per character at most, plus the status byte and the cut note.
+            data, cut_short = _read_until(read_fd, deadline, 4 * ctx.max_output_chars + 256)
+        finally:
+            os.close(read_fd)
         if cut_short:
-            _kill_and_reap(pid)
-        else:
-            _, status = os.waitpid(pid, 0)
-        reaped = True
-    finally:
-        os.close(read_fd)
-        if not reaped:
-            _kill_and_reap(pid)
+            child.kill()
+        code = child.reap(block=True)
     if cut_short:
         log.info("python_eval_killed", timeout_s=ctx.eval_timeout_s)
         return Outcome(
@@ -290,7 +279,7 @@ def evaluate_bounded(tree: ast.Expression, ctx: ToolContext) -> Outcome:
             "(or produced too much output); try a smaller computation",
         )
     if not data:
-        return Outcome(False, _describe_death(status))
+        return Outcome(False, _describe_death(code if code is not None else 0))
     return Outcome(data[:1] == _OK, data[1:].decode("utf-8", errors="replace"))
 
 

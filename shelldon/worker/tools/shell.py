@@ -1,10 +1,10 @@
 """RISKY ``run_shell``, and ``run_bounded``: the runner every spawned tool child goes through.
 
-``run_bounded`` starts the child in its own session and process group with the RLIMIT preexec,
-stdin on /dev/null, stdout and stderr into one pipe read with a byte cap. When the child exits
-(or its deadline passes: TERM, a short grace, then KILL) the whole group is SIGKILLed, and then
-every descendant that escaped the group (``setsid``, double forks, daemons) is found and killed
-too: the caller is made a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``), so orphans are
+``run_bounded`` starts the program as a ``shelldon.core.child.Child`` (its own session and
+process group, the RLIMIT preexec, stdin on /dev/null, stdout and stderr into one pipe read with
+a byte cap). When the child exits (or its deadline passes: TERM, a short grace, then KILL) the
+whole group is SIGKILLed, and then every descendant that escaped the group (``setsid``, double
+forks, daemons) is found and killed too: the caller is made a child subreaper, so orphans are
 re-parented to it instead of to init, and ``/proc/*/stat`` shows who they are. Everything it
 started is reaped before it returns.
 
@@ -14,32 +14,32 @@ run's. So one process runs one ``run_bounded`` at a time, as the worker runs its
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
-import selectors
+import select
 import signal
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from shelldon.contracts import Tier, ToolDefinition
+from shelldon.core.child import (
+    Child,
+    Output,
+    become_subreaper,
+    readable,
+    snapshot,
+    sweep_descendants,
+)
 from shelldon.core.limits import ProcessLimits, preexec_with_limits
 from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
 
 log = structlog.get_logger(__name__)
 
-PR_SET_CHILD_SUBREAPER = 36
 TERM_GRACE_S = 0.5
-# A fork loop could keep adding children while the sweep kills them; give up after this many
-# rounds (the RLIMITs and the turn watchdog remain) rather than spin forever.
-SWEEP_ROUNDS = 50
-_READ_SIZE = 64 * 1024
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -52,133 +52,6 @@ class RunOutcome:
     truncated: bool
     timed_out: bool
     swept: int  # descendants killed after they left the process group
-
-
-def become_subreaper() -> bool:
-    """Make the calling process adopt its orphaned descendants; False where unsupported."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-            log.warning("subreaper_not_set", errno=ctypes.get_errno())
-            return False
-    except (OSError, AttributeError) as exc:
-        log.warning("subreaper_not_set", error=str(exc))
-        return False
-    return True
-
-
-@dataclass(frozen=True, slots=True)
-class ProcEntry:
-    """One process: pid, parent, and start time (which tells a reused pid apart)."""
-
-    pid: int
-    ppid: int
-    start: int
-
-
-def _read_entry(pid: int) -> ProcEntry | None:
-    """One process's line of the table, or None if it is gone."""
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        raw = os.read(fd, 4096)  # os.read, not open(): the table is read twice per run
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    # comm may hold spaces and parentheses: the fields start after the last ')'.
-    fields = raw[raw.rfind(b")") + 2 :].split()
-    if len(fields) < 20:
-        return None
-    return ProcEntry(pid, int(fields[1]), int(fields[19]))
-
-
-def process_table() -> dict[int, ProcEntry]:
-    """Every visible process from ``/proc/*/stat``; processes that vanish mid-read are skipped."""
-    table: dict[int, ProcEntry] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            entry = _read_entry(int(name))
-            if entry is not None:
-                table[entry.pid] = entry
-    return table
-
-
-def descendants(root: int, table: Mapping[int, ProcEntry]) -> list[ProcEntry]:
-    """All processes below ``root`` in ``table``, parents before children."""
-    children: dict[int, list[ProcEntry]] = {}
-    for entry in table.values():
-        children.setdefault(entry.ppid, []).append(entry)
-    found: list[ProcEntry] = []
-    queue = [root]
-    while queue:
-        for entry in children.get(queue.pop(0), []):
-            found.append(entry)
-            queue.append(entry.pid)
-    return found
-
-
-def sweep_descendants(before: frozenset[tuple[int, int]]) -> int:
-    """SIGKILL and reap every descendant of this process not in ``before`` (pid, start pairs).
-
-    Direct children are reaped by pid (never ``waitpid(-1)``, which would steal other owners'
-    children); grandchildren become direct children as their parents die, so it loops.
-    """
-    me = os.getpid()
-    killed: set[tuple[int, int]] = set()
-    for _round in range(SWEEP_ROUNDS):
-        table = process_table()
-        strays = [e for e in descendants(me, table) if (e.pid, e.start) not in before]
-        if not strays:
-            return len(killed)
-        for entry in strays:
-            _kill_exactly(entry)
-            killed.add((entry.pid, entry.start))
-        for entry in strays:
-            if entry.ppid == me:
-                _reap(entry.pid, timeout_s=1.0)
-    log.warning("sweep_gave_up", rounds=SWEEP_ROUNDS, killed=len(killed))
-    return len(killed)
-
-
-def _kill_exactly(entry: ProcEntry) -> None:
-    """SIGKILL the process ``entry`` describes and no other, even if its pid was reused since the
-    table was read: a pidfd pins one process, and its start time must still match."""
-    try:
-        pidfd = os.pidfd_open(entry.pid)
-    except (ProcessLookupError, AttributeError, OSError):
-        return
-    try:
-        current = _read_entry(entry.pid)
-        if current is not None and current.start == entry.start:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-    finally:
-        os.close(pidfd)
-
-
-def _reap(pid: int, *, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            done, _status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if done or time.monotonic() > deadline:
-            return
-        time.sleep(0.002)
-
-
-def _kill_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _snapshot() -> frozenset[tuple[int, int]]:
-    me = os.getpid()
-    return frozenset((e.pid, e.start) for e in descendants(me, process_table()))
 
 
 def run_bounded(
@@ -199,120 +72,55 @@ def run_bounded(
     """
     if sweep:
         become_subreaper()
-    before = _snapshot() if sweep else frozenset()
-    proc = subprocess.Popen(
-        list(argv),
+    before = snapshot() if sweep else frozenset()
+    child = Child.spawn(
+        argv,
         cwd=cwd,
-        env=dict(env) if env is not None else None,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=preexec_with_limits(limits),  # noqa: PLW1509 - only setrlimit, no locks
-        close_fds=True,
+        env=env if env is not None else os.environ,
+        preexec=preexec_with_limits(limits),
+        capture=max_output_bytes,
     )
-    assert proc.stdout is not None
-    pgid = proc.pid  # a new session makes the child its own group leader
-    capture = _Capture(proc.stdout.fileno(), max_output_bytes)
+    output = child.output
+    assert output is not None
     swept = 0
-    try:
-        timed_out = not _pump(proc, capture, time.monotonic() + timeout_s)
+    with child:
+        timed_out = not _pump(child, output, time.monotonic() + timeout_s)
         if timed_out:
-            _kill_group(pgid, signal.SIGTERM)
-            _wait(proc, TERM_GRACE_S)
+            child.kill(signal.SIGTERM)
+            child.wait_exit(TERM_GRACE_S)
         # Normal exit or not: nothing of the group may outlive the call.
-        _kill_group(pgid, signal.SIGKILL)
-        proc.wait()
+        child.kill()
+        child.reap(block=True)
         if sweep:
             swept = sweep_descendants(before)
         # Every writer is dead now, so the pipe reaches EOF promptly.
         end = time.monotonic() + 1.0
-        while not capture.eof and time.monotonic() < end:
-            if select_pipe(capture.pipe, 0.05):
-                capture.drain()
-    finally:
-        if proc.returncode is None:  # only on an unexpected error above
-            _kill_group(pgid, signal.SIGKILL)
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
+        while not output.eof and time.monotonic() < end:
+            if readable(output.fd, 0.05):
+                output.drain()
     if swept:
         log.info("shell_descendants_swept", count=swept, argv0=argv[0])
-    code = None if timed_out else proc.returncode
-    return RunOutcome(code, bytes(capture.data), capture.truncated, timed_out, swept)
+    code = None if timed_out else child.exit_code
+    return RunOutcome(code, output.data(), output.truncated, timed_out, swept)
 
 
-@dataclass(slots=True)
-class _Capture:
-    """The child's output pipe, read without blocking into a buffer that stops at ``cap``."""
-
-    pipe: int
-    cap: int
-    data: bytearray = field(default_factory=bytearray)
-    truncated: bool = False
-    eof: bool = False
-
-    def __post_init__(self) -> None:
-        os.set_blocking(self.pipe, False)
-
-    def drain(self) -> None:
-        """Read what the pipe has now; keep up to ``cap`` bytes and discard the rest."""
-        while True:
-            try:
-                chunk = os.read(self.pipe, _READ_SIZE)
-            except BlockingIOError:
-                return
-            if not chunk:
-                self.eof = True
-                return
-            room = self.cap - len(self.data)
-            if len(chunk) > room:
-                self.truncated = True
-            self.data += chunk[: max(room, 0)]
-
-
-def _pump(proc: subprocess.Popen[Any], capture: _Capture, deadline: float) -> bool:
+def _pump(child: Child, output: Output, deadline: float) -> bool:
     """Read output until the child exits (True) or the deadline passes (False)."""
-    exited = _exit_watch(proc.pid)
-    try:
-        with selectors.DefaultSelector() as sel:
-            sel.register(capture.pipe, selectors.EVENT_READ, "pipe")
-            if exited is not None:
-                sel.register(exited, selectors.EVENT_READ, "exit")
-            while proc.poll() is None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                for key, _ in sel.select(timeout=min(left, 0.05)):
-                    if key.data == "pipe":
-                        capture.drain()
-                        if capture.eof:
-                            sel.unregister(capture.pipe)
-    finally:
-        if exited is not None:
-            os.close(exited)
+    poller = select.poll()
+    poller.register(output.fd, select.POLLIN)
+    if child.exit_fileno() >= 0:
+        poller.register(child.exit_fileno(), select.POLLIN)
+    while not child.exited():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        # Without a pidfd the exit is noticed within the 50 ms poll.
+        for fd, _ in poller.poll(max(1, int(min(left, 0.05) * 1000))):
+            if fd == output.fd:
+                output.drain()
+                if output.eof:
+                    poller.unregister(fd)
     return True
-
-
-def _exit_watch(pid: int) -> int | None:
-    """A pidfd that becomes readable when ``pid`` exits, so the loop wakes at once; None if the
-    kernel has none (the loop then notices the exit within its 50 ms poll)."""
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
-
-
-def select_pipe(pipe: int, timeout_s: float) -> bool:
-    """Whether ``pipe`` is readable within ``timeout_s``."""
-    with selectors.DefaultSelector() as sel:
-        sel.register(pipe, selectors.EVENT_READ)
-        return bool(sel.select(timeout=timeout_s))
-
-
-def _wait(proc: subprocess.Popen[Any], seconds: float) -> None:
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=seconds)
 
 
 def child_env(workspace: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:

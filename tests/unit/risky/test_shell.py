@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from shelldon.contracts import Tier, ToolCall
+from shelldon.core.child import ProcEntry, descendants
 from shelldon.core.limits import ProcessLimits
 from shelldon.worker.tools.registry import Registry, ToolContext, execute_tool
-from shelldon.worker.tools.shell import ProcEntry, descendants, run_bounded, specs
+from shelldon.worker.tools.shell import run_bounded, specs
 from tests.unit.risky.forking import run_in_fork
 
 LIMITS = ProcessLimits(address_space_mb=1024, cpu_s=30)

@@ -30,9 +30,10 @@ from shelldon.contracts import (
     TurnRequest,
 )
 from shelldon.core import sandbox
+from shelldon.core.child import SpawnError
 from shelldon.core.selfcode import SelfCode
 from shelldon.worker import spawn
-from shelldon.worker.spawn import CRASH_REPLY, EXIT_OK, SpawnError
+from shelldon.worker.spawn import CRASH_REPLY, EXIT_OK
 from shelldon.worker.tools import Registry, context_from_settings
 from shelldon.worker.tools.selfcoded import toolbox_fingerprint
 from shelldon.worker.zygote import Zygote

@@ -37,6 +37,7 @@ from shelldon.contracts import (
     ToolDefinition,
     TurnRequest,
 )
+from shelldon.core.child import EXIT_UNKNOWN
 from shelldon.secrets import find_secret, forget_env_secrets, take_env_secrets
 from shelldon.worker.channel import HEADER, FrameReader, pack_frame
 from shelldon.worker.spawn import (
@@ -45,7 +46,6 @@ from shelldon.worker.spawn import (
     EXIT_CHANNEL,
     EXIT_CRASH,
     EXIT_OK,
-    EXIT_UNKNOWN,
     TOO_BIG_REPLY,
     WorkerHandle,
     above_stdio,

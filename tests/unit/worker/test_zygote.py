@@ -37,8 +37,9 @@ from shelldon.contracts import (
     TurnRequest,
 )
 from shelldon.core import sandbox
+from shelldon.core.child import EXIT_UNKNOWN, SpawnError
 from shelldon.worker import spawn
-from shelldon.worker.spawn import EXIT_OK, EXIT_UNKNOWN, SpawnError
+from shelldon.worker.spawn import EXIT_OK
 from shelldon.worker.tools import Registry
 from shelldon.worker.zygote import MAX_MESSAGE, PART_BYTES, Zygote, ZygoteError
 from tests.unit.worker.brain import call, calls, say
