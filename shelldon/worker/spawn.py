@@ -256,16 +256,14 @@ def scrub_environment() -> None:
         del os.environ[name]  # os.environ's __delitem__ also unsetenv()s the C environment
 
 
-def confine(
-    settings: Settings, *, network: bool = False, cgroup: sandbox.TurnCgroup | None = None
-) -> None:
+def confine(c: sandbox.Confinement, *, network: bool = False, join_cgroup: bool = False) -> None:
     """Kernel confinement hook (seccomp / Landlock or namespaces / a cgroup per turn).
 
     Called in every worker after descriptors, environment and RLIMITs are set and before any
-    tool is imported or run, honouring ``settings.sandbox.mode``. ``network=True`` is a resumed
-    turn's first step (its approved RISKY call runs next); a second call closes the rest.
+    tool is imported or run, applying what the parent prepared (``c``). ``network=True`` is a
+    resumed turn's first step (its approved RISKY call runs next); a second call closes the rest.
     """
-    sandbox.confine_worker(settings, network=network, cgroup=cgroup)
+    sandbox.confine_worker(c, network=network, join_cgroup=join_cgroup)
 
 
 def prepare_child(
@@ -273,15 +271,15 @@ def prepare_child(
     parent_pid: int,
     settings: Settings,
     turn_id: str,
+    confinement: sandbox.Confinement,
     *,
     network: bool = False,
-    cgroup: sandbox.TurnCgroup | None = None,
 ) -> None:
     """Everything the worker does before it trusts itself to run a turn, in this order."""
     reset_signals()
     # The parent died before this took effect: nobody will read our Result.
     die_with_parent(parent_pid, EXIT_CHANNEL)
-    close_inherited_fds(keep_fd, *sandbox.prebuilt_ruleset_fds())
+    close_inherited_fds(keep_fd, *confinement.keep_fds())
     reopen_stdio()
     scrub_environment()
     # Relative paths a self-coded tool uses land in the workspace (the one place it may write).
@@ -292,7 +290,10 @@ def prepare_child(
     forget_env_secrets()
     lim = settings.limits
     apply_limits(ProcessLimits(address_space_mb=lim.rlimit_as_mb, cpu_s=lim.rlimit_cpu_s))
-    confine(settings, network=network, cgroup=cgroup)
+    # A plain turn runs a tool only after the parent's first Completion, by which time the
+    # parent has moved it into the cgroup; a resume runs its approved call at once, so it
+    # joins by itself first.
+    confine(confinement, network=network, join_cgroup=network)
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(actor="worker", turn_id=turn_id)
 
@@ -331,7 +332,9 @@ def channel_ask(sock: socket.socket, turn_id: str, wait_until: float) -> Ask:
     return ask
 
 
-TurnBody = Callable[[Registry, Ask, float], Result]
+TurnBody = Callable[[Registry, Ask, float, Callable[[], None]], Result]
+"""A worker's turn: (registry, ask, deadline, confine_rest) → its Result. ``confine_rest``
+closes the confinement a resumed worker opened only part-way for its approved call."""
 
 TOO_BIG_REPLY = (
     "Sorry — this turn's result grew too large to hand back. Please ask again in smaller steps."
@@ -367,8 +370,8 @@ def _worker_main(
     deadline: float,
     body: TurnBody | None,
     registry_factory: RegistryFactory,
+    confinement: sandbox.Confinement,
     network: bool = False,
-    cgroup: sandbox.TurnCgroup | None = None,
 ) -> NoReturn:
     """The child's whole life; every path ends in ``os._exit``.
 
@@ -380,7 +383,7 @@ def _worker_main(
         registry: Registry | None = None
         try:
             prepare_child(
-                sock.fileno(), parent_pid, settings, turn_id, network=network, cgroup=cgroup
+                sock.fileno(), parent_pid, settings, turn_id, confinement, network=network
             )
             registry = registry_factory(settings)
         except BaseException as exc:
@@ -400,7 +403,7 @@ def _worker_main(
         registry.announce = channel_announce(sock, turn_id, deadline + settings.limits.kill_grace_s)
         # The parent kills at deadline + grace; waiting that long for an answer is never wrong.
         ask = channel_ask(sock, turn_id, deadline + settings.limits.kill_grace_s)
-        frame = result_frame(body(registry, ask, deadline))
+        frame = result_frame(body(registry, ask, deadline, lambda: confine(confinement)))
         code = EXIT_CHANNEL
         send_packed(sock, frame, deadline + settings.limits.kill_grace_s)
         code = EXIT_OK
@@ -464,7 +467,7 @@ def _await_assignment(sock: socket.socket) -> Assignment:
 
 
 def _turn_body(request: TurnRequest, settings: Settings) -> TurnBody:
-    def body(registry: Registry, ask: Ask, deadline: float) -> Result:
+    def body(registry: Registry, ask: Ask, deadline: float, _: Callable[[], None]) -> Result:
         return run_turn(request, registry, ask, settings, deadline)
 
     return body
@@ -498,7 +501,8 @@ def _spawn(
     except OSError as exc:
         raise SpawnError(f"cannot open the worker channel: {exc}") from exc
     # Prepared here so the worker only makes syscalls: filter built, paths listed, cgroup made.
-    cgroup = sandbox.prepare_worker(settings)
+    confinement = sandbox.prepare_worker(settings)
+    cgroup = confinement.cgroup
     parent_pid = os.getpid()
 
     def child_body() -> None:  # pragma: no cover - the child; covered by the parent's asserts
@@ -509,9 +513,6 @@ def _spawn(
             gc.freeze()
             parent_end.close()
         finally:
-            # A plain turn runs a tool only after the parent's first Completion, by which time
-            # the parent has moved it into the cgroup; a resume runs its approved call at
-            # once, so it joins by itself first.
             _worker_main(
                 child_end,
                 parent_pid,
@@ -520,8 +521,8 @@ def _spawn(
                 deadline,
                 body,
                 registry_factory,
+                confinement,
                 network,
-                cgroup if network else None,
             )
 
     try:
@@ -629,11 +630,11 @@ def spawn_resume(
 ) -> WorkerHandle:
     """Fork a worker that resumes a parked turn after the owner's decision."""
 
-    def body(registry: Registry, ask: Ask, deadline: float) -> Result:
+    def body(
+        registry: Registry, ask: Ask, deadline: float, confine_rest: Callable[[], None]
+    ) -> Result:
         # The approved call runs outside the network and filesystem confinement (the owner
         # approved exactly that); run_resume closes it right after, before the model goes on.
-        return run_resume(
-            request, registry, ask, settings, deadline, confine=lambda: confine(settings)
-        )
+        return run_resume(request, registry, ask, settings, deadline, confine=confine_rest)
 
     return _spawn(request.turn_id, settings, body, registry_factory, network=request.approved)

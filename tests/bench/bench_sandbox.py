@@ -72,13 +72,14 @@ def one_turn(settings: Settings) -> float:
 
 def confine_only(settings: Settings) -> float:
     """The confine_worker call alone, timed in a forked child (parent prepared as spawn does)."""
-    group = sandbox.prepare_worker(settings)
+    confinement = sandbox.prepare_worker(settings)
+    group = confinement.cgroup
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover
         t0 = time.perf_counter()
         try:
-            sandbox.confine_worker(settings, network=False, cgroup=group)
+            sandbox.confine_worker(confinement, network=False, join_cgroup=True)
         finally:
             os.write(write_end, f"{(time.perf_counter() - t0) * 1000:.4f}".encode())
             os._exit(0)

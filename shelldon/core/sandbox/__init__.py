@@ -13,7 +13,8 @@ Three layers, each detected at start and used where the kernel offers it:
 
 One module per part: ``policy`` (what is denied and allowed), ``libc``, ``seccomp``,
 ``landlock``, ``userns``, ``cgroup``, ``plan`` (what this kernel and config give), ``paths``
-(what a child may see; ``prepare_worker``), ``apply`` (in the child). This package's names are
+(what a child may see), ``confinement`` (the value a parent prepares for one child:
+``prepare_worker``, ``prepare_gate``), ``apply`` (in the child). This package's names are
 the interface; the parts import each other, never the package.
 
 ``[sandbox] mode``: ``required`` refuses to start without seccomp and a filesystem layer
@@ -31,8 +32,9 @@ from shelldon.core.sandbox.cgroup import (
     open_turn_cgroup,
     prepare_delegated_cgroup,
 )
+from shelldon.core.sandbox.confinement import Confinement, prepare_gate, prepare_worker
 from shelldon.core.sandbox.landlock import forget_prebuilt, landlock_abi, prebuilt_ruleset_fds
-from shelldon.core.sandbox.paths import allowed_paths, prepare_worker
+from shelldon.core.sandbox.paths import allowed_paths
 from shelldon.core.sandbox.plan import (
     Plan,
     check_required,
@@ -62,6 +64,8 @@ __all__ = [
     "landlock_abi",
     "prebuilt_ruleset_fds",
     "allowed_paths",
+    "Confinement",
+    "prepare_gate",
     "prepare_worker",
     "Plan",
     "check_required",

@@ -1,5 +1,5 @@
-"""Applying the plan in a forked child (the worker, a gate run), in order, before any untrusted
-code.
+"""Applying a ``Confinement`` in a forked child (the worker, a gate run), in order, before any
+untrusted code. Only syscalls happen here: the parent prepared everything.
 """
 
 from __future__ import annotations
@@ -10,17 +10,11 @@ from pathlib import Path
 
 import structlog
 
-from shelldon.config import SandboxSettings, Settings
-from shelldon.core.sandbox import paths
+from shelldon.config import SandboxSettings
 from shelldon.core.sandbox.cgroup import TurnCgroup
-from shelldon.core.sandbox.landlock import (
-    _apply_prebuilt,
-    _landlock_restrict,
-    _prebuilt,
-    landlock_abi,
-)
-from shelldon.core.sandbox.paths import _never, _worker_paths, allowed_paths
-from shelldon.core.sandbox.plan import Plan, plan
+from shelldon.core.sandbox.confinement import Confinement, prepare_gate
+from shelldon.core.sandbox.landlock import _apply_prebuilt, _landlock_restrict, landlock_abi
+from shelldon.core.sandbox.plan import Plan
 from shelldon.core.sandbox.policy import SandboxError
 from shelldon.core.sandbox.seccomp import build_filter, load_filter
 from shelldon.core.sandbox.userns import _userns_restrict
@@ -38,14 +32,15 @@ def _fail(p: Plan, layer: str, exc: BaseException) -> None:
     log.warning("sandbox_layer_failed", layer=layer, error=str(exc))
 
 
-def _apply_fs(p: Plan, ro: tuple[str, ...], rw: tuple[str, ...], *, network: bool) -> None:
+def _apply_fs(c: Confinement) -> None:
+    p, ro, rw = c.plan, c.read_only, c.read_write
     try:
         if p.fs == "landlock":
             abi = landlock_abi()
-            if not _apply_prebuilt(_prebuilt.pop((ro, rw, network, abi), None), abi):
-                _landlock_restrict((*ro, "/proc/self"), rw, network=network, abi=abi)
+            if not _apply_prebuilt(c.ruleset_fd, abi):
+                _landlock_restrict((*ro, "/proc/self"), rw, network=False, abi=abi)
         elif p.fs == "userns":
-            _userns_restrict(ro, rw, network=network)
+            _userns_restrict(ro, rw, network=False)
         else:
             return
     except (OSError, SandboxError) as exc:
@@ -81,16 +76,17 @@ def _apply_seccomp(p: Plan, *, network: bool, namespaces: bool) -> None:
     _applied.add(key)
 
 
-def confine_worker(settings: Settings, *, network: bool, cgroup: TurnCgroup | None = None) -> None:
-    """Confine the calling worker. ``network=True`` is the first step of a resumed turn whose
-    owner-approved RISKY call runs next: only the syscall deny list (and the cgroup) go on.
-    ``network=False`` closes everything: the filesystem layer and the socket filter too."""
-    p = plan(settings.sandbox)
+def confine_worker(c: Confinement, *, network: bool, join_cgroup: bool = False) -> None:
+    """Confine the calling worker as ``c`` says. ``network=True`` is the first step of a resumed
+    turn whose owner-approved RISKY call runs next: only the syscall deny list (and, with
+    ``join_cgroup``, the cgroup) go on. ``network=False`` closes everything: the filesystem
+    layer and the socket filter too."""
+    p = c.plan
     if p.mode == "off":
         return
-    if cgroup is not None and "cgroup" not in _applied:
+    if join_cgroup and c.cgroup is not None and "cgroup" not in _applied:
         try:
-            cgroup.join()
+            c.cgroup.join()
             _applied.add("cgroup")
         except OSError as exc:
             _fail(p, "cgroup", exc)
@@ -99,13 +95,7 @@ def confine_worker(settings: Settings, *, network: bool, cgroup: TurnCgroup | No
         _apply_seccomp(p, network=True, namespaces=p.fs != "userns")
         return
     if "fs" not in _applied:
-        prepared = paths._prepared_paths  # rebound by prepare_worker: read it there
-        if prepared is not None and prepared[0] is settings:
-            # Computed by the parent before the fork: no lookups (page faults) in the worker.
-            ro, rw = prepared[1], prepared[2]
-        else:
-            ro, rw = _worker_paths(settings.workspace, _never(settings))
-        _apply_fs(p, ro, rw, network=False)
+        _apply_fs(c)
     _apply_seccomp(p, network=False, namespaces=True)
 
 
@@ -120,24 +110,21 @@ def gate_preexec(
 ) -> Callable[[], None]:
     """A ``preexec_fn`` for the gate's pytest: joins ``cgroup``, runs ``then`` (RLIMITs), and
     confines like a FREE-only worker with read-write on the staging dir (and its private tmp)."""
-    p = plan(sandbox)
     home_guess = staging.parent.parent  # <home>/workspace/tools-staging
     never = (home_guess / "vault", home_guess / "shelldon.db", Path.home() / ".ssh")
-    ro, rw = allowed_paths((staging, private), never, extra_read)
-    if p.seccomp and p.mode != "off":
-        build_filter(network=False, namespaces=True)  # built here, so the child only loads it
+    c = prepare_gate(sandbox, (staging, private), never, extra_read, cgroup)
 
     def preexec() -> None:
         if then is not None:
             then()
-        if p.mode == "off":
+        if c.plan.mode == "off":
             return
-        if cgroup is not None:
+        if c.cgroup is not None:
             try:
-                cgroup.join()
+                c.cgroup.join()
             except OSError as exc:
-                _fail(p, "cgroup", exc)
-        _apply_fs(p, ro, rw, network=False)
-        _apply_seccomp(p, network=False, namespaces=True)
+                _fail(c.plan, "cgroup", exc)
+        _apply_fs(c)
+        _apply_seccomp(c.plan, network=False, namespaces=True)
 
     return preexec

@@ -148,7 +148,7 @@ _prebuilt: dict[tuple[tuple[str, ...], tuple[str, ...], bool, int], int] = {}
 
 
 def prebuilt_ruleset_fds() -> tuple[int, ...]:
-    """Descriptors a forked worker must keep open while it closes the rest."""
+    """The rulesets this process holds open for the children it forks."""
     return tuple(_prebuilt.values())
 
 
@@ -174,20 +174,25 @@ def _apply_prebuilt(ruleset: int | None, abi: int) -> bool:
     return True
 
 
-def _prebuild_landlock(ro: tuple[str, ...], rw: tuple[str, ...], *, network: bool) -> None:
-    key = (ro, rw, network, landlock_abi())
+def prebuild_landlock(
+    ro: tuple[str, ...], rw: tuple[str, ...], *, network: bool, abi: int
+) -> int | None:
+    """A ruleset for these rules, built once per parent and kept open for every child it
+    forks (None: none could be built now; each child then builds its own)."""
+    key = (ro, rw, network, abi)
     if not all(os.path.exists(path) for path in rw):
         # A rule can only name a path that exists: a ruleset built now would lock the workspace
         # out of every worker it is handed to. Build nothing; each worker builds its own.
         log.warning("landlock_not_prebuilt", missing=[p for p in rw if not os.path.exists(p)])
-        return
+        return None
     if key not in _prebuilt:
         # One at a time: a parent whose settings changed must not hand stale rulesets down.
         for fd in _prebuilt.values():
             with contextlib.suppress(OSError):
                 os.close(fd)
         _prebuilt.clear()
-        _prebuilt[key] = _landlock_ruleset(ro, rw, network=network, abi=key[3])
+        _prebuilt[key] = _landlock_ruleset(ro, rw, network=network, abi=abi)
+    return _prebuilt[key]
 
 
 def _landlock_allow(ruleset: int, path: str, rights: int) -> None:

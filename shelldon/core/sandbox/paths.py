@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import itertools
 import os
 import sys
 from collections.abc import Iterable
@@ -12,11 +11,7 @@ from pathlib import Path
 import structlog
 
 from shelldon.config import Settings
-from shelldon.core.sandbox.cgroup import TurnCgroup, open_turn_cgroup
-from shelldon.core.sandbox.landlock import _prebuild_landlock
-from shelldon.core.sandbox.plan import plan
-from shelldon.core.sandbox.policy import _DEVICES, _ETC_FILES, _READ_ONLY_ROOTS, SandboxError
-from shelldon.core.sandbox.seccomp import build_filter
+from shelldon.core.sandbox.policy import _DEVICES, _ETC_FILES, _READ_ONLY_ROOTS
 
 log = structlog.get_logger(__name__)
 
@@ -66,37 +61,14 @@ def allowed_paths(
     return tuple(ro), rw + tuple(d for d in _DEVICES if os.path.exists(d))
 
 
-def _never(settings: Settings) -> tuple[Path, ...]:
+def never_paths(settings: Settings) -> tuple[Path, ...]:
+    """What a worker never sees, even where a read-only root contains it."""
     return (settings.vault, settings.database, Path.home() / ".ssh", Path("/etc/shadow"))
 
 
 @functools.cache
-def _worker_paths(
+def worker_paths(
     workspace: Path, never: tuple[Path, ...]
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(read-only, read-write) for a worker of ``workspace`` (computed once per workspace)."""
     return allowed_paths((workspace,), never)
-
-
-def prepare_worker(settings: Settings) -> TurnCgroup | None:
-    """In the parent, before the fork: build what ``confine_worker`` needs (so the worker only
-    makes syscalls) and open the turn's cgroup; the caller owns it (``close()`` at the end)."""
-    p = plan(settings.sandbox)
-    if p.mode == "off":
-        return None
-    try:
-        if p.seccomp:
-            build_filter(network=True, namespaces=p.fs != "userns")
-            build_filter(network=False, namespaces=True)
-        if p.fs != "none":
-            global _prepared_paths  # noqa: PLW0603 - handed to the next forked worker
-            ro, rw = _worker_paths(settings.workspace, _never(settings))
-            _prepared_paths = (settings, ro, rw)
-            if p.fs == "landlock":
-                _prebuild_landlock(ro, rw, network=False)
-    except (SandboxError, OSError) as exc:
-        log.warning("sandbox_not_prepared", error=str(exc))
-    return open_turn_cgroup(settings.sandbox, f"shelldon-turn-{os.getpid()}-{next(_turn_numbers)}")
-
-
-_turn_numbers = itertools.count(1)
-_prepared_paths: tuple[Settings, tuple[str, ...], tuple[str, ...]] | None = None

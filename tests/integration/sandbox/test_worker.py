@@ -138,11 +138,15 @@ def test_no_ruleset_is_prebuilt_for_a_workspace_that_does_not_exist_yet(tmp_path
     sandbox.forget_prebuilt()
     assert not settings.workspace.exists()
 
-    sandbox.prepare_worker(settings)
-    assert sandbox.prebuilt_ruleset_fds() == ()
+    before = sandbox.prepare_worker(settings)
+    assert before.ruleset_fd is None and sandbox.prebuilt_ruleset_fds() == ()
 
     settings.workspace.mkdir(parents=True)
-    sandbox.prepare_worker(settings)
+    after = sandbox.prepare_worker(settings)
     (fd,) = sandbox.prebuilt_ruleset_fds()
+    assert after.ruleset_fd == fd and after.keep_fds() == (fd,)
     os.close(fd)
     sandbox.forget_prebuilt()
+    for confinement in (before, after):
+        if confinement.cgroup is not None:
+            confinement.cgroup.close()
