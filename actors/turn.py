@@ -180,6 +180,8 @@ class TurnActor(ContractActor):
         if handle is None or msg.turn_id != handle.turn_id:
             log.info("late_job_answer_dropped", turn_id=msg.turn_id)
             return
+        if self.turnwatch is not None:
+            self.turnwatch.on_answer(msg.answer)
         try:
             handle.send(msg.answer)
         except FrameError as exc:

@@ -155,12 +155,20 @@ class Child:
     exit_code: int | None = None
     pidfd: int = -1
     popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    own_group: bool = True
 
     @classmethod
-    def fork(cls, body: Callable[[], object], *, cgroup: TurnCgroup | None = None) -> Child:
-        """Fork a child that runs ``body`` in its own process group and then ``os._exit``s
-        (0 if ``body`` returned, 1 if it raised; a body may ``_exit`` with its own code).
-        Raises ``SpawnError`` if the fork fails."""
+    def fork(
+        cls,
+        body: Callable[[], object],
+        *,
+        cgroup: TurnCgroup | None = None,
+        own_group: bool = True,
+    ) -> Child:
+        """Fork a child that runs ``body`` and then ``os._exit``s (0 if ``body`` returned, 1 if
+        it raised; a body may ``_exit`` with its own code). It gets a process group of its own,
+        or with ``own_group=False`` stays in the caller's (a helper of a worker: whoever kills
+        the worker's group kills it too). Raises ``SpawnError`` if the fork fails."""
         try:
             pid = os.fork()
         except OSError as exc:
@@ -169,10 +177,11 @@ class Child:
             )
             raise SpawnError(f"cannot fork{hint}: {exc}") from exc
         if pid == 0:  # pragma: no cover - the child; its coverage is the parent's assertions
-            _child_main(body)
-        with contextlib.suppress(OSError):
-            os.setpgid(pid, pid)  # also from this side, so there is no window before the child's
-        return cls(pid, cgroup=cgroup, pidfd=_pidfd(pid))
+            _child_main(body, own_group)
+        if own_group:
+            with contextlib.suppress(OSError):
+                os.setpgid(pid, pid)  # also from this side: no window before the child's own
+        return cls(pid, cgroup=cgroup, pidfd=_pidfd(pid), own_group=own_group)
 
     @classmethod
     def spawn(
@@ -245,7 +254,7 @@ class Child:
             self.cgroup.kill()
         if self.exit_code is not None:
             return
-        for target in (-self.pid, self.pid):
+        for target in (-self.pid, self.pid) if self.own_group else (self.pid,):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(target, sig)
 
@@ -261,7 +270,7 @@ class Child:
             exited = None
         except InterruptedError:
             return self.reap(block=True) if block else None
-        if exited is not None:
+        if exited is not None and self.own_group:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
         code = self._collect(block)
@@ -310,10 +319,11 @@ class Child:
         self.close()
 
 
-def _child_main(body: Callable[[], object]) -> NoReturn:
+def _child_main(body: Callable[[], object], own_group: bool) -> NoReturn:
     code = 1
     try:
-        os.setpgid(0, 0)
+        if own_group:
+            os.setpgid(0, 0)
         body()
         code = 0
     finally:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from shelldon.contracts import Job, Result, ToolFailure, ToolStarted
+from shelldon.contracts import Completion, Job, Result, ToolFailure, ToolStarted
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +56,22 @@ class TurnWatch:
         self.model_calls = 0
         self.done = False
         self.running_tool = ""
+        self.requested: frozenset[str] = frozenset()
+
+    def on_answer(self, answer: object) -> None:
+        """The model's answer on its way to the worker: the tools it asked for are the only
+        ones the worker may say it runs next (this side's own record, not the worker's word)."""
+        calls = answer.tool_calls if isinstance(answer, Completion) else ()
+        self.requested = frozenset(call.name for call in calls)
 
     def on_frame(self, frame: object) -> Verdict:
         """Judge one frame from the worker."""
         if self.done:
             return Violation("protocol", "the worker sent a frame after its result")
         if isinstance(frame, ToolStarted):
+            if frame.name not in self.requested:
+                # A strike for a tool the model never called would hit an innocent one.
+                return Violation("protocol", f"announced {frame.name!r}, which was not called")
             self.running_tool = frame.name
             return Noted()
         if isinstance(frame, Job):

@@ -254,7 +254,8 @@ def evaluate_bounded(tree: ast.Expression, ctx: ToolContext) -> Outcome:
     """Evaluate a checked expression in a forked child, bounded by ``ctx.eval_timeout_s``."""
     read_fd, write_fd = os.pipe()
     try:
-        child = Child.fork(lambda: _child(tree, ctx, read_fd, write_fd))
+        # In the worker's group: whoever kills the worker's group kills the evaluator too.
+        child = Child.fork(lambda: _child(tree, ctx, read_fd, write_fd), own_group=False)
     except SpawnError as exc:
         os.close(read_fd)
         os.close(write_fd)

@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from shelldon.contracts import Tier, ToolCall, ToolDefinition, ToolFailure, ToolResult
+from shelldon.worker.tools.isolation import IsolatedToolError
 
 log = structlog.get_logger(__name__)
 
@@ -156,7 +157,8 @@ def execute_tool(registry: Registry, call: ToolCall, *, approved: bool = False) 
     except ToolError as exc:
         return ToolResult(call.id, False, cap_output(str(exc), registry.context.max_output_chars))
     except (Exception, SystemExit) as exc:  # a self-coded tool may raise anything, even exit
-        error = f"{type(exc).__name__}: {exc}"
+        # A self-coded call's failure comes from its child already worded "Type: message".
+        error = str(exc) if isinstance(exc, IsolatedToolError) else f"{type(exc).__name__}: {exc}"
         log.warning("tool_raised", tool=call.name, error=error, self_coded=spec.self_coded)
         if spec.self_coded:
             registry.failures.append(ToolFailure(call.name, error, self_coded=True))

@@ -39,6 +39,7 @@ from shelldon.core.manifest import (
     parse_manifest,
     scan_tools,
 )
+from shelldon.worker.tools.isolation import run_isolated
 from shelldon.worker.tools.registry import ToolContext, ToolFn, ToolSpec
 
 log = structlog.get_logger(__name__)
@@ -97,11 +98,13 @@ def load_module(path: Path, expected_hash: str) -> ModuleType:
 
 
 def _tool_fn(tools_dir: Path, file: str, expected_hash: str) -> ToolFn:
-    def call(_ctx: ToolContext, **args: Any) -> str:
+    def call(ctx: ToolContext, **args: Any) -> str:
         # The Path is built at call time: pathlib costs ~10 us, times 500 tools every turn.
-        module = load_module(tools_dir / file, expected_hash)
-        result = module.run(**args)
-        return result if isinstance(result, str) else str(result)
+        path = tools_dir / file
+        # Never in this process: the tool runs in a child of the worker (isolation.py).
+        return run_isolated(
+            lambda: load_module(path, expected_hash), path.stem, args, ctx.max_output_chars
+        )
 
     return call
 

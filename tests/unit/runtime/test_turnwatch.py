@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from shelldon.contracts import Job, Message, Remember, Result, Role, ToolStarted
+from shelldon.contracts import (
+    Completion,
+    Job,
+    Message,
+    Remember,
+    Result,
+    Role,
+    ToolCall,
+    ToolStarted,
+)
 from shelldon.core.turnwatch import (
     Finished,
     Forward,
@@ -61,16 +70,40 @@ def test_overdue_only_after_deadline_plus_grace() -> None:
     assert w.overdue(102.1)
 
 
+def asked_for(w: TurnWatch, *names: str) -> None:
+    """The model's answer relayed to the worker asked for these tools."""
+    w.on_answer(Completion(tool_calls=tuple(ToolCall(f"c{i}", n, {}) for i, n in enumerate(names))))
+
+
 def test_a_tool_running_when_the_worker_is_killed_earns_a_strike() -> None:
     w = watch()
+    asked_for(w, "nap")
     assert isinstance(w.on_frame(ToolStarted("t1", "nap")), Noted)
     result = apology("t1", "timeout", w.model_calls, w.running_tool)
     assert [(f.name, f.self_coded) for f in result.tool_failures] == [("nap", True)]
     assert "nap" in result.reply
 
 
+def test_a_tool_the_model_did_not_call_is_never_blamed() -> None:
+    # Issue 17: a hanging tool announced another one; three hangs quarantined the innocent.
+    w = watch()
+    asked_for(w, "hang")
+    verdict = w.on_frame(ToolStarted("t1", "innocent"))
+    assert isinstance(verdict, Violation) and verdict.kind == "protocol"
+    assert w.running_tool == ""
+    assert apology("t1", "protocol", 1, w.running_tool).tool_failures == ()
+    # Nor a tool of an earlier answer, nor one before any answer.
+    w2 = watch()
+    assert isinstance(w2.on_frame(ToolStarted("t1", "hang")), Violation)
+    w3 = watch()
+    asked_for(w3, "hang")
+    w3.on_answer(Completion(text="done"))
+    assert isinstance(w3.on_frame(ToolStarted("t1", "hang")), Violation)
+
+
 def test_a_tool_that_finished_is_not_blamed() -> None:
     w = watch()
+    asked_for(w, "nap")
     w.on_frame(ToolStarted("t1", "nap"))
     w.on_frame(job())  # the worker asked the model again: the tool returned
     assert w.running_tool == ""

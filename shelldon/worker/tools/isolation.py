@@ -1,0 +1,154 @@
+"""A self-coded tool call runs in a child of the worker, never in the worker itself.
+
+The worker holds what a tool must not touch: the channel to the service (a tool there could
+forge a ``ToolStarted`` naming another tool, a Job, a Result with a parked approval), the
+loop's state, its stdout (the service log), and the confinement code a resumed worker still
+has to run. So each call forks a ``Child`` that stays in the worker's process group (whoever
+kills the worker kills it) and dies with the worker (``PR_SET_PDEATHSIG``). Before the tool's
+code is even loaded it:
+
+- closes every descriptor but its reply pipe, with stdin on /dev/null and stdout and stderr
+  into one capped pipe the worker reads (fresh ``sys.stdout``/``sys.stderr`` over them);
+- imports the module from the hash-checked bytes (``load_module``) and calls ``run(**args)``;
+- writes one msgpack map on the reply pipe: ``{"ok": True, "text"}`` or ``{"ok": False,
+  "error"}``, then ``_exit``s.
+
+The worker treats every byte that comes back as hostile (the tool shares that child with the
+code that writes the reply): the reply is read within a cap and must decode to exactly that
+shape, else the call failed. What the tool printed is logged as one escaped value of the
+worker's own ``tool_output`` event, never as lines of the log. Anything the tool changes in its
+process — globals, patched functions, signal handlers — dies with the child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import msgpack
+import structlog
+
+from shelldon.core.child import Child, Output, SpawnError, die_with_parent
+
+log = structlog.get_logger(__name__)
+
+PRINT_CAP = 4096
+"""Bytes of what a tool printed that reach the log (the rest is counted, not kept)."""
+
+
+class IsolatedToolError(Exception):
+    """A self-coded call failed in its child: it raised (the text says what, as
+    ``Type: message``), broke the convention, sent garbage, or died. A strike."""
+
+
+def run_isolated(
+    load: Callable[[], Any], name: str, args: dict[str, Any], max_output_chars: int
+) -> str:
+    """Call ``load().run(**args)`` in a child and return its text; raises
+    ``IsolatedToolError`` for every failure (``load`` raising included)."""
+    reply_r, reply_w = os.pipe2(os.O_CLOEXEC)
+    out_r, out_w = os.pipe2(os.O_CLOEXEC)
+    parent = os.getpid()
+    try:
+        child = Child.fork(lambda: _child_main(load, args, reply_w, out_w, parent), own_group=False)
+    except SpawnError as exc:
+        for fd in (reply_r, reply_w, out_r, out_w):
+            os.close(fd)
+        raise IsolatedToolError(f"{name} could not be started: {exc}") from None
+    os.close(reply_w)
+    os.close(out_w)
+    # 4 bytes a character at most, plus the map around it.
+    reply = Output(reply_r, 4 * max_output_chars + 1024)
+    printed = Output(out_r, PRINT_CAP)
+    with child:  # killed, reaped and released however this block is left
+        _pump(reply, printed)
+        if reply.truncated:
+            child.kill()
+        code = child.reap(block=True)
+    if printed.head:
+        log.info(
+            "tool_output",
+            tool=name,
+            output=bytes(printed.head).decode("utf-8", "replace"),
+            dropped=printed.dropped,
+        )
+    if reply.truncated:
+        raise IsolatedToolError(f"{name} returned more than {max_output_chars} characters")
+    return _decode(name, reply.data(), code)
+
+
+def _pump(reply: Output, printed: Output) -> None:
+    """Read both pipes to EOF (the child exits right after its answer), or until the answer
+    overflows its cap. No deadline of its own: the turn's ceiling holds outside (the worker's
+    group is killed, this child with it)."""
+    while not (reply.eof and printed.eof) and not reply.truncated:
+        poller = select.poll()
+        for output in (reply, printed):
+            if not output.eof:
+                poller.register(output.fd, select.POLLIN)
+        for fd, _ in poller.poll():
+            (reply if fd == reply.fd else printed).drain()
+
+
+def _decode(name: str, data: bytes, code: int | None) -> str:
+    if not data:
+        raise IsolatedToolError(f"{name}'s process ended without an answer ({_death(code)})")
+    try:
+        reply = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except (ValueError, msgpack.UnpackException):
+        reply = None
+    if isinstance(reply, dict) and reply.get("ok") is True and set(reply) == {"ok", "text"}:
+        text = reply["text"]
+        if isinstance(text, str):
+            return text
+    elif isinstance(reply, dict) and reply.get("ok") is False and set(reply) == {"ok", "error"}:
+        error = reply["error"]
+        if isinstance(error, str):
+            raise IsolatedToolError(error)
+    raise IsolatedToolError(f"{name}'s process sent a malformed answer")
+
+
+def _death(code: int | None) -> str:
+    if code is None or code >= 0:
+        return f"exit code {code}"
+    return f"killed by signal {-code}"
+
+
+def _child_main(
+    load: Callable[[], Any], args: dict[str, Any], reply_w: int, out_w: int, parent: int
+) -> NoReturn:  # pragma: no cover - the child; covered by the parent's assertions
+    code = 1
+    try:
+        die_with_parent(parent, 1)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(out_w, 1)
+        os.dup2(out_w, 2)
+        reply = 3
+        os.dup2(reply_w, reply, inheritable=False)
+        os.closerange(reply + 1, max(os.sysconf("SC_OPEN_MAX"), 4))
+        # The worker's stream objects may hold its buffered log lines: new ones, over the pipe.
+        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
+        try:
+            result = load().run(**args)
+            answer: dict[str, Any] = {"ok": True, "text": _as_text(result)}
+        except BaseException as exc:  # a self-coded tool may raise anything, even exit
+            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        for stream in (sys.stdout, sys.stderr):  # what it printed goes before the answer
+            with contextlib.suppress(Exception):  # a tool may have closed or replaced it
+                stream.flush()
+        data = memoryview(msgpack.packb(answer))
+        while data:
+            data = data[os.write(reply, data) :]
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _as_text(result: Any) -> str:
+    return result if isinstance(result, str) else str(result)
