@@ -424,23 +424,81 @@ def descendants(root: int, table: Mapping[int, ProcEntry]) -> list[ProcEntry]:
     return found
 
 
-def snapshot() -> frozenset[tuple[int, int]]:
-    """This process's descendants now, as (pid, start) pairs: what a sweep leaves alone."""
-    me = os.getpid()
-    return frozenset((e.pid, e.start) for e in descendants(me, process_table()))
+def own_children() -> set[int] | None:
+    """This process's direct children (every thread's), from ``/proc/self/task/*/children``,
+    which a confined child can still read (the rest of ``/proc`` it cannot); None where the
+    kernel does not list them."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    kids: set[int] = set()
+    for tid in tids:
+        try:
+            fd = os.open(f"/proc/self/task/{tid}/children", os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue  # that thread just ended
+        except OSError:
+            return None
+        try:
+            kids.update(int(word) for word in os.read(fd, 1 << 16).split())
+        except (OSError, ValueError):
+            return None
+        finally:
+            os.close(fd)
+    return kids
 
 
-def sweep_descendants(before: frozenset[tuple[int, int]]) -> int:
+def snapshot() -> frozenset[int]:
+    """This process's children now (pids): what a sweep leaves alone. Empty where neither
+    list can be read (a confined child without the children file): everything new is swept."""
+    kids = own_children()
+    if kids is not None:
+        return frozenset(kids)
+    try:
+        return frozenset(e.pid for e in descendants(os.getpid(), process_table()))
+    except OSError:
+        return frozenset()
+
+
+def sweep_descendants(before: frozenset[int]) -> int:
     """SIGKILL and reap every descendant of this process not in ``before``; how many.
 
-    Direct children are reaped by pid (never ``waitpid(-1)``, which would steal other owners'
-    children); grandchildren become direct children as their parents die, so it loops.
+    The caller is a subreaper: each descendant whose parent dies becomes its child. So killing
+    the direct children round after round reaches every generation (each reaped by pid, never
+    ``waitpid(-1)``, which would steal other owners' children). Where the children list is not
+    readable, the whole process table is walked instead; where neither is, nothing is swept
+    (the turn's cgroup stays the backstop) and that is logged.
     """
+    killed: set[int] = set()
+    for _round in range(SWEEP_ROUNDS):
+        kids = own_children()
+        if kids is None:
+            return len(killed) + _sweep_by_table(before)
+        strays = kids - before
+        if not strays:
+            return len(killed)
+        for pid in strays:
+            # A child not yet reaped: its pid cannot have been reused, so this reaches it.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in strays:
+            _reap_stray(pid, timeout_s=1.0)
+        killed |= strays
+    log.warning("sweep_gave_up", rounds=SWEEP_ROUNDS, killed=len(killed))
+    return len(killed)
+
+
+def _sweep_by_table(before: frozenset[int]) -> int:
     me = os.getpid()
     killed: set[tuple[int, int]] = set()
     for _round in range(SWEEP_ROUNDS):
-        table = process_table()
-        strays = [e for e in descendants(me, table) if (e.pid, e.start) not in before]
+        try:
+            table = process_table()
+        except OSError as exc:
+            log.warning("sweep_impossible", error=str(exc))
+            return len(killed)
+        strays = [e for e in descendants(me, table) if e.pid not in before]
         if not strays:
             return len(killed)
         for entry in strays:

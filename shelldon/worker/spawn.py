@@ -60,6 +60,7 @@ from shelldon.core import sandbox
 from shelldon.core.child import EXIT_UNKNOWN, Child, SpawnError, die_with_parent
 from shelldon.core.limits import ProcessLimits, apply_limits
 from shelldon.secrets import forget_env_secrets
+from shelldon.worker.approved import confined_runner
 from shelldon.worker.channel import (
     HEADER,
     FrameError,
@@ -629,12 +630,23 @@ def spawn_resume(
     registry_factory: RegistryFactory = build_registry,
 ) -> WorkerHandle:
     """Fork a worker that resumes a parked turn after the owner's decision."""
+    # Prepared here, in the parent, as the worker's own confinement is.
+    call_confinement = sandbox.prepare_call(settings)
 
     def body(
         registry: Registry, ask: Ask, deadline: float, confine_rest: Callable[[], None]
     ) -> Result:
-        # The approved call runs outside the network and filesystem confinement (the owner
-        # approved exactly that); run_resume closes it right after, before the model goes on.
-        return run_resume(request, registry, ask, settings, deadline, confine=confine_rest)
+        # The approved call runs in its own child, confined for what it needs (the workspace,
+        # the network only if it must); the worker closes its own confinement right after,
+        # before the model goes on.
+        return run_resume(
+            request,
+            registry,
+            ask,
+            settings,
+            deadline,
+            confine=confine_rest,
+            run_approved=confined_runner(call_confinement),
+        )
 
     return _spawn(request.turn_id, settings, body, registry_factory, network=request.approved)

@@ -172,8 +172,15 @@ class _Turn:
     def time_is_short(self) -> bool:
         return self.deadline - self.clock() < self.limits.bail_margin_s
 
-    def run_call(self, call: ToolCall, *, approved: bool = False) -> None:
-        """Run one call (or refuse it at a ceiling) and append its TOOL message."""
+    def run_call(
+        self,
+        call: ToolCall,
+        *,
+        approved: bool = False,
+        runner: Callable[[Registry, ToolCall], ToolResult] | None = None,
+    ) -> None:
+        """Run one call (or refuse it at a ceiling) and append its TOOL message; ``runner``
+        runs it instead of ``execute_tool`` (an approved call, in its confined child)."""
         if self.executions_left <= 0:
             limit = self.limits.max_tool_executions
             result = ToolResult(
@@ -186,6 +193,8 @@ class _Turn:
             self.tool_executions += 1
             if call.name == PROPOSE_TOOL.name:
                 result = self.propose(call)
+            elif runner is not None:
+                result = runner(self.registry, call)
             else:
                 result = execute_tool(self.registry, call, approved=approved)
         self.messages.append(tool_message(call, result))
@@ -301,12 +310,14 @@ def run_resume(
     *,
     clock: Clock = time.monotonic,
     confine: Callable[[], None] | None = None,
+    run_approved: Callable[[Registry, ToolCall], ToolResult] | None = None,
 ) -> Result:
     """Resume a parked turn: run the approved call (or answer "denied by owner"), then loop.
 
     The FREE results from before the pause travel in the parked messages and are never re-run;
     the tool-run ceiling spans the whole logical turn, pause included. ``confine`` closes the
-    FREE-turn confinement right after the approved call, before the model sees its result.
+    FREE-turn confinement right after the approved call, before the model sees its result;
+    ``run_approved`` runs that call (in its own confined child, ``worker.approved``).
     """
     parked = request.parked
     messages = list(parked.messages)
@@ -323,7 +334,7 @@ def run_resume(
     )
     if request.approved:
         # The owner approved this exact call, so the ceiling grants it its one run.
-        turn.run_call(parked.call, approved=True)
+        turn.run_call(parked.call, approved=True, runner=run_approved)
     else:
         messages.append(
             tool_message(parked.call, ToolResult(parked.call.id, False, DENIED_BY_OWNER))

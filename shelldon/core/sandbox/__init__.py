@@ -24,7 +24,7 @@ programs and path lists are prepared in the parent; the child only makes syscall
 
 from __future__ import annotations
 
-from shelldon.core.sandbox.apply import confine_worker, gate_preexec
+from shelldon.core.sandbox.apply import confine_call, confine_worker, gate_preexec
 from shelldon.core.sandbox.cgroup import (
     TurnCgroup,
     cgroup_parent,
@@ -32,7 +32,13 @@ from shelldon.core.sandbox.cgroup import (
     open_turn_cgroup,
     prepare_delegated_cgroup,
 )
-from shelldon.core.sandbox.confinement import Confinement, prepare_gate, prepare_worker
+from shelldon.core.sandbox.confinement import (
+    Confinement,
+    prepare_call,
+    prepare_gate,
+    prepare_worker,
+    with_private_dir,
+)
 from shelldon.core.sandbox.landlock import forget_prebuilt, landlock_abi, prebuilt_ruleset_fds
 from shelldon.core.sandbox.paths import allowed_paths
 from shelldon.core.sandbox.plan import (
@@ -53,6 +59,7 @@ from shelldon.core.sandbox.seccomp import build_filter, load_filter
 from shelldon.core.sandbox.userns import userns_available
 
 __all__ = [
+    "confine_call",
     "confine_worker",
     "gate_preexec",
     "TurnCgroup",
@@ -65,7 +72,9 @@ __all__ = [
     "prebuilt_ruleset_fds",
     "allowed_paths",
     "Confinement",
+    "prepare_call",
     "prepare_gate",
+    "with_private_dir",
     "prepare_worker",
     "Plan",
     "check_required",

@@ -32,15 +32,19 @@ def _fail(p: Plan, layer: str, exc: BaseException) -> None:
     log.warning("sandbox_layer_failed", layer=layer, error=str(exc))
 
 
-def _apply_fs(c: Confinement) -> None:
+def _apply_fs(c: Confinement, *, network: bool = False) -> None:
+    """The filesystem layer; ``network`` keeps TCP (Landlock) or the host's network namespace
+    (userns) for a call that needs it — the socket filter is applied separately."""
     p, ro, rw = c.plan, c.read_only, c.read_write
     try:
         if p.fs == "landlock":
             abi = landlock_abi()
-            if not _apply_prebuilt(c.ruleset_fd, abi):
-                _landlock_restrict((*ro, "/proc/self"), rw, network=False, abi=abi)
+            if c.proc_self:
+                ro = (*ro, "/proc/self")  # resolved now: this process's own, no other's
+            if network or not _apply_prebuilt(c.ruleset_fd, abi, proc_self=c.proc_self):
+                _landlock_restrict(ro, rw, network=network, abi=abi)
         elif p.fs == "userns":
-            _userns_restrict(ro, rw, network=False)
+            _userns_restrict(ro, rw, network=network)
         else:
             return
     except (OSError, SandboxError) as exc:
@@ -97,6 +101,16 @@ def confine_worker(c: Confinement, *, network: bool, join_cgroup: bool = False) 
     if "fs" not in _applied:
         _apply_fs(c)
     _apply_seccomp(p, network=False, namespaces=True)
+
+
+def confine_call(c: Confinement, *, network: bool) -> None:
+    """Confine an approved call's child, inside a resumed worker that is only part-way
+    confined: the filesystem layer ``c`` names, the syscall deny list, and unless the call
+    needs the network the socket filter too."""
+    if c.plan.mode == "off":
+        return
+    _apply_fs(c, network=network)
+    _apply_seccomp(c.plan, network=network, namespaces=True)
 
 
 def gate_preexec(

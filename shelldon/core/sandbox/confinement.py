@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import structlog
@@ -32,13 +32,17 @@ log = structlog.get_logger(__name__)
 class Confinement:
     """What a child gets: the ``plan`` (mode, seccomp, filesystem layer), the paths it may read
     and write, a Landlock ruleset the parent prebuilt for exactly those paths (a descriptor the
-    child keeps open until it applies it; None: the child builds its own), and its cgroup."""
+    child keeps open until it applies it; None: the child builds its own), its cgroup, and
+    whether it may read its own ``/proc/self`` under Landlock. A worker may not: the children
+    it forks for self-coded tools share its Landlock domain, and that rule would name the
+    worker's own ``/proc/<pid>`` (its ``mem`` among it) for them too."""
 
     plan: Plan
     read_only: tuple[str, ...] = ()
     read_write: tuple[str, ...] = ()
     ruleset_fd: int | None = None
     cgroup: TurnCgroup | None = None
+    proc_self: bool = True
 
     def keep_fds(self) -> tuple[int, ...]:
         """Descriptors the child must not close before it is confined."""
@@ -63,7 +67,8 @@ def _prepare(
             ruleset = prebuild_landlock(ro, rw, network=False, abi=landlock_abi())
     except (SandboxError, OSError) as exc:
         log.warning("sandbox_not_prepared", error=str(exc))
-    return Confinement(p, ro, rw, ruleset, open_turn_cgroup(sandbox, cgroup_name))
+    cgroup = open_turn_cgroup(sandbox, cgroup_name)
+    return Confinement(p, ro, rw, ruleset, cgroup, proc_self=False)
 
 
 def prepare_worker(settings: Settings) -> Confinement:
@@ -72,6 +77,26 @@ def prepare_worker(settings: Settings) -> Confinement:
     ro, rw = worker_paths(settings.workspace, never_paths(settings))
     name = f"shelldon-turn-{os.getpid()}-{next(_turn_numbers)}"
     return _prepare(settings.sandbox, ro, rw, name)
+
+
+def prepare_call(settings: Settings) -> Confinement:
+    """An owner-approved RISKY call: read-write on the workspace, system files read-only, and
+    nothing else of the home (the vault, the database), no credentials, no parents' ``/proc``.
+    No cgroup of its own (it is in its turn's) and no prebuilt ruleset: the call child adds its
+    private temp dir to ``read_write`` and builds its own (``with_private_dir``)."""
+    p = plan(settings.sandbox)
+    if p.mode == "off":
+        return Confinement(p)
+    ro, rw = worker_paths(settings.workspace, never_paths(settings))
+    if p.seccomp:
+        build_filter(network=True, namespaces=True)
+        build_filter(network=False, namespaces=True)
+    return Confinement(p, ro, rw)
+
+
+def with_private_dir(c: Confinement, path: Path) -> Confinement:
+    """``c`` with ``path`` read-write too (a child's own temp dir, made after the fork)."""
+    return replace(c, read_write=(*c.read_write, os.path.realpath(path)), ruleset_fd=None)
 
 
 def prepare_gate(

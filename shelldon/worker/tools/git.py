@@ -300,6 +300,20 @@ def git_env(workspace: Path) -> dict[str, str]:
     return child_env(workspace, extra)
 
 
+NETWORK_SUBCOMMANDS = frozenset({"fetch", "pull", "push", "clone", "ls-remote"})
+"""Subcommands that talk to a remote: only these keep the network when approved."""
+
+
+def talks_to_a_remote(call_args: dict[str, Any]) -> bool:
+    """Whether an approved ``git`` call with these arguments needs the network."""
+    args = call_args.get("args")
+    try:
+        words = shlex.split(args) if isinstance(args, str) else []
+    except ValueError:
+        return False
+    return bool(words) and words[0] in NETWORK_SUBCOMMANDS
+
+
 def git(ctx: ToolContext, args: str) -> str:
     """Run ``git <args>`` (split like a shell would, but no shell) in the workspace."""
     try:
@@ -334,4 +348,4 @@ def specs() -> list[ToolSpec]:
         params_schema=SCHEMA,
         tier=Tier.RISKY,
     )
-    return [ToolSpec(definition, git)]
+    return [ToolSpec(definition, git, network=talks_to_a_remote)]

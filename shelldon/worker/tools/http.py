@@ -334,4 +334,4 @@ def specs() -> list[ToolSpec]:
         params_schema=SCHEMA,
         tier=Tier.RISKY,
     )
-    return [ToolSpec(definition, make_http_get())]
+    return [ToolSpec(definition, make_http_get(), network=lambda _args: True)]

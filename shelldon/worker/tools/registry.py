@@ -43,12 +43,14 @@ ToolFn = Callable[..., str]
 
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
-    """A registered tool: its definition for the model, the function, and whether the model
-    wrote it (a self-coded tool's failures are debited as strikes; a built-in's never are)."""
+    """A registered tool: its definition for the model, the function, whether the model wrote
+    it (a self-coded tool's failures are debited as strikes; a built-in's never are), and for a
+    RISKY tool whether an approved call with given arguments needs the network (None: never)."""
 
     definition: ToolDefinition
     fn: ToolFn
     self_coded: bool = False
+    network: Callable[[dict[str, Any]], bool] | None = None
 
     @property
     def name(self) -> str:

@@ -210,4 +210,5 @@ def specs() -> list[ToolSpec]:
         params_schema=SCHEMA,
         tier=Tier.RISKY,
     )
-    return [ToolSpec(definition, run_shell)]
+    # An approved command line may fetch (the README says what run_shell may reach).
+    return [ToolSpec(definition, run_shell, network=lambda _args: True)]

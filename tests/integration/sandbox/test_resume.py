@@ -1,5 +1,6 @@
-"""Order in a resumed turn: the one owner-approved RISKY call runs outside the FREE-turn network
-and filesystem confinement; everything after it — here the self-coded probe — runs inside."""
+"""Order in a resumed turn: the one owner-approved RISKY call runs before the FREE-turn network
+confinement closes (in its own child, with the network it declares it needs); everything after
+it — here the self-coded probe — runs inside."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def reach_out(ctx: Any, port: int) -> str:
 
 def with_reach_out(settings: Settings) -> Registry:
     registry = build_registry(settings)
-    registry.add(ToolSpec(ToolDefinition("reach_out", "connect", SCHEMA, Tier.RISKY), reach_out))
+    definition = ToolDefinition("reach_out", "connect", SCHEMA, Tier.RISKY)
+    registry.add(ToolSpec(definition, reach_out, network=lambda _args: True))
     return registry
 
 

@@ -1,0 +1,129 @@
+"""The one owner-approved RISKY call of a resumed turn runs in its own confined child.
+
+A resumed worker starts only part-way confined (the syscall deny list, its cgroup) so that the
+call the owner approved can get what it needs. That call does not run in the worker: it runs in
+a ``Child`` (in the worker's group, dying with it) that first confines itself as the parent
+prepared (``sandbox.prepare_call``: the workspace read-write, system files read-only, never the
+vault, the database, the credentials, the toolbox or the parents' ``/proc``), plus a private
+temp dir of its own, made there and removed afterwards (``TMPDIR``: where a fresh ``HOME`` for
+the call's programs goes). Only the calls that need the network keep it (``needs_network``);
+every other one gets the socket filter too. The child answers one ``ToolResult`` on a pipe,
+which the worker decodes with the contracts' validating codec; then the worker closes its own
+confinement and the loop goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+import structlog
+
+from shelldon.contracts import ContractError, ToolCall, ToolResult, decode, encode
+from shelldon.core import sandbox
+from shelldon.core.child import Child, Output, SpawnError, die_with_parent
+from shelldon.worker.tools import Registry
+from shelldon.worker.tools.registry import execute_tool
+
+log = structlog.get_logger(__name__)
+
+
+def needs_network(registry: Registry, call: ToolCall) -> bool:
+    """Whether the approved ``call`` runs with the network: its tool says so for these
+    arguments (``ToolSpec.network``: ``http_get``, ``run_shell``, ``git`` fetch/pull/push)."""
+    spec = registry.specs.get(call.name)
+    return spec is not None and spec.network is not None and bool(spec.network(call.args))
+
+
+ApprovedRunner = Callable[[Registry, ToolCall], ToolResult]
+
+
+def confined_runner(confinement: sandbox.Confinement) -> ApprovedRunner:
+    """The runner a resumed worker uses for its approved call, confined as ``confinement``."""
+
+    def run(registry: Registry, call: ToolCall) -> ToolResult:
+        return run_approved(registry, call, confinement)
+
+    return run
+
+
+def run_approved(
+    registry: Registry, call: ToolCall, confinement: sandbox.Confinement
+) -> ToolResult:
+    """Run the approved ``call`` in a confined child; its result, or a failed one saying why."""
+    private = Path(tempfile.mkdtemp(prefix="shelldon-call-"))
+    reply_r, reply_w = os.pipe2(os.O_CLOEXEC)
+    network = needs_network(registry, call)
+    c = sandbox.with_private_dir(confinement, private)
+    parent = os.getpid()
+    try:
+        child = Child.fork(
+            lambda: _child_main(registry, call, c, network, private, reply_w, parent),
+            own_group=False,
+        )
+    except SpawnError as exc:
+        os.close(reply_r)
+        os.close(reply_w)
+        shutil.rmtree(private, ignore_errors=True)
+        return ToolResult(call.id, False, f"{call.name} could not be started: {exc}")
+    os.close(reply_w)
+    reply = Output(reply_r, 4 * registry.context.max_output_chars + 4096)
+    try:
+        with child:
+            while not reply.eof and not reply.truncated:
+                _wait_readable(reply)
+            code = child.reap(block=True)
+    finally:
+        reply.close()
+        shutil.rmtree(private, ignore_errors=True)
+    log.info("approved_call_ran", tool=call.name, network=network, exit_code=code)
+    try:
+        result = decode(reply.data()) if reply.data() and not reply.truncated else None
+    except ContractError:
+        result = None
+    if isinstance(result, ToolResult) and result.id == call.id:
+        return result
+    return ToolResult(call.id, False, f"{call.name} ended without a result (exit code {code})")
+
+
+def _wait_readable(output: Output) -> None:
+    """Block until ``output`` has something (or EOF), then read it. No deadline of its own: the
+    turn's ceiling holds outside (the worker's group is killed, this child with it)."""
+    poller = select.poll()
+    poller.register(output.fd, select.POLLIN)
+    poller.poll()
+    output.drain()
+
+
+def _child_main(
+    registry: Registry,
+    call: ToolCall,
+    c: sandbox.Confinement,
+    network: bool,
+    private: Path,
+    reply_w: int,
+    parent: int,
+) -> NoReturn:  # pragma: no cover - the child; covered by the parent's assertions
+    code = 1
+    try:
+        die_with_parent(parent, 1)
+        # Temp files (and a fresh HOME for the call's programs) go to its private dir.
+        os.environ["TMPDIR"] = str(private)
+        tempfile.tempdir = None
+        sandbox.confine_call(c, network=network)
+        result = execute_tool(registry, call, approved=True)
+        data = memoryview(encode(result))
+        while data:
+            data = data[os.write(reply_w, data) :]
+        code = 0
+    except BaseException as exc:
+        with contextlib.suppress(BaseException):
+            log.error("approved_call_crashed", tool=call.name, error=f"{type(exc).__name__}: {exc}")
+    finally:
+        os._exit(code)
