@@ -161,13 +161,12 @@ class ArbiterActor(ContractActor):
                 store.append_message(chat_id, "assistant", text, now)
             case rules.ApplyOp(turn_id, chat_id, op):
                 self._apply(store, turn_id, chat_id, op, now)
-            case rules.TakeDue(schedule_id):
-                if not store.start_due(schedule_id, now):
-                    raise InboxOutOfStep(f"scheduled turn {schedule_id} was started already")
-            case rules.SpendBudget(day):
+            case rules.StartDue(schedule_id, day):
+                self._start_due(store, schedule_id, now)
                 if not store.spend_budget(day, 1, settings.limits.daily_turn_budget):
                     raise InboxOutOfStep(f"the budget of {day} was spent behind my back")
-            case rules.AuditRefusal(prompt):
+            case rules.RefuseDue(schedule_id, prompt):
+                self._start_due(store, schedule_id, now)
                 detail = {"reason": "daily budget spent"}
                 store.audit("arbiter", "schedule_refused", prompt, detail, now)
             case rules.ExpireParked(at):
@@ -188,6 +187,10 @@ class ArbiterActor(ContractActor):
                 self.wakeupAfter(dt.timedelta(seconds=delay), payload="tick")
             case _:
                 raise TypeError(f"the arbiter has no way to carry out {effect!r}")
+
+    def _start_due(self, store: Store, schedule_id: int, now: float) -> None:
+        if not store.start_due(schedule_id, now):
+            raise InboxOutOfStep(f"scheduled turn {schedule_id} was started already")
 
     def _inbox_view(self, store: Store, now: float) -> rules.InboxView:
         return rules.inbox_view(

@@ -321,23 +321,19 @@ class NowIdle:
 
 
 @dataclass(frozen=True, slots=True)
-class TakeDue:
-    """Mark scheduled turn ``schedule_id`` started (each is started once)."""
+class StartDue:
+    """Mark scheduled turn ``schedule_id`` started and spend one turn of ``day``'s budget."""
 
     schedule_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class SpendBudget:
-    """Spend one turn of ``day``'s budget."""
-
     day: str
 
 
 @dataclass(frozen=True, slots=True)
-class AuditRefusal:
-    """Audit a scheduled turn refused because the day's budget is spent."""
+class RefuseDue:
+    """Mark scheduled turn ``schedule_id`` started, never to run, and audit why: the day's
+    budget is spent."""
 
+    schedule_id: int
     prompt: str
 
 
@@ -386,9 +382,8 @@ Effect = (
     | ApplyOp
     | Strike
     | NowIdle
-    | TakeDue
-    | SpendBudget
-    | AuditRefusal
+    | StartDue
+    | RefuseDue
     | ExpireParked
     | Abandon
     | Reoffer
@@ -502,13 +497,12 @@ class Arbiter:
         effects: list[Effect] = []
         day, spent = budget_day(view.now), view.spent_today
         for due in view.due:
-            effects.append(TakeDue(due.id))
             if spent < self.limits.daily_turn_budget:
-                effects.append(SpendBudget(day))
+                effects.append(StartDue(due.id, day))
                 effects.append(self._begin(new_turn_id("s"), due.chat_id, due.prompt, "schedule"))
                 return effects
             log.warning("scheduled_turn_refused_budget", prompt=due.prompt[:80], day=day)
-            effects.append(AuditRefusal(due.prompt[:200]))
+            effects.append(RefuseDue(due.id, due.prompt[:200]))
             if self.told_budget_day != day:
                 self.told_budget_day = day
                 effects.append(Say(due.chat_id, BUDGET_SPENT))

@@ -34,7 +34,6 @@ from shelldon.core.arbiter import (
     ApplyOp,
     Arbiter,
     ArmTick,
-    AuditRefusal,
     BeginTurn,
     Effect,
     ExpireParked,
@@ -43,14 +42,14 @@ from shelldon.core.arbiter import (
     NowIdle,
     Pump,
     RecordReply,
+    RefuseDue,
     Reoffer,
     Resume,
     RoutePromotion,
     Say,
     SettleTap,
-    SpendBudget,
+    StartDue,
     Strike,
-    TakeDue,
     TakeParked,
     TakeRow,
     inbox_view,
@@ -316,8 +315,8 @@ def due(i: int, prompt: str = "water the plants") -> Scheduled:
 def test_a_due_scheduled_turn_starts_when_free_and_is_budgeted() -> None:
     a = arbiter()
     effects = a.on_inbox(view(due=(due(1), due(2))))
-    take, spend, begin = effects
-    assert take == TakeDue(1) and isinstance(spend, SpendBudget)
+    start, begin = effects
+    assert start == StartDue(1, "2023-11-14")
     assert isinstance(begin, BeginTurn) and begin.source == "schedule"
     assert begin.turn_id.startswith("s") and a.busy == begin.turn_id
 
@@ -325,7 +324,7 @@ def test_a_due_scheduled_turn_starts_when_free_and_is_budgeted() -> None:
 def test_chat_goes_before_the_schedule() -> None:
     a = arbiter()
     effects = a.on_inbox(view(chat("hi"), due=(due(1),)))
-    assert of(TakeDue, effects) == []
+    assert of(StartDue, effects) == []
     (begin,) = of(BeginTurn, effects)
     assert isinstance(begin, BeginTurn) and begin.source == "owner"
 
@@ -333,9 +332,8 @@ def test_chat_goes_before_the_schedule() -> None:
 def test_scheduled_turns_past_the_budget_are_refused_and_the_owner_told_once_a_day() -> None:
     a = arbiter(daily_turn_budget=2)
     effects = a.on_inbox(view(due=(due(1, "ping 1"), due(2, "ping 2")), spent_today=2))
-    assert of(BeginTurn, effects) == [] and of(SpendBudget, effects) == []
-    assert of(TakeDue, effects) == [TakeDue(1), TakeDue(2)]
-    assert of(AuditRefusal, effects) == [AuditRefusal("ping 1"), AuditRefusal("ping 2")]
+    assert of(BeginTurn, effects) == [] and of(StartDue, effects) == []
+    assert of(RefuseDue, effects) == [RefuseDue(1, "ping 1"), RefuseDue(2, "ping 2")]
     assert of(Say, effects) == [Say(CHAT, BUDGET_SPENT)]
     later = a.on_inbox(view(due=(due(3),), spent_today=2, now=NOW + 60))
     assert of(Say, later) == []
