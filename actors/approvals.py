@@ -11,6 +11,7 @@ from thespian.actors import ActorAddress
 from actors.messages import ApprovalTaken, AskOwner, ParkApproval, TakeApproval
 from actors.wired import WiredActor
 from shelldon.contracts import ContractError, RequestToolApproval, decode, encode
+from shelldon.core.replies import approval_question
 
 log = structlog.get_logger(__name__)
 
@@ -32,7 +33,7 @@ class ApprovalStoreActor(WiredActor):
         self.store.audit(
             "worker", "requested", call.name, {"args": call.args}, now, turn_id=msg.turn_id
         )
-        question = f"I'd like to run {msg.op.summary} — approve?"
+        question = approval_question(msg.op.summary)
         self.send(self.peers["transport"], AskOwner(msg.chat_id, msg.turn_id, question, call=call))
 
     def receiveMsg_TakeApproval(self, msg: TakeApproval, sender: ActorAddress) -> None:

@@ -237,9 +237,6 @@ class Driver:
         """Call ``callback`` on the loop's thread whenever ``fd`` is readable."""
         self._readers[fd] = callback
 
-    def remove_reader(self, fd: int) -> None:
-        self._readers.pop(fd, None)
-
     # ------------------------------------------------------------------ a loop in a thread
 
     def start_thread(self, name: str = "actors") -> None:

@@ -1,7 +1,7 @@
 """Messages the actors pass among themselves (the contracts ride inside them).
 
-Plain frozen dataclasses: Thespian pickles them between actor processes, and the hardened
-transport unpickles only classes from this module, ``shelldon.contracts`` and Thespian itself.
+Plain frozen dataclasses. Every actor shares the service's one process (``actors.system``), so
+a message is handed over as it is, never pickled; frozen, so no actor changes one another holds.
 """
 
 from __future__ import annotations
@@ -60,7 +60,6 @@ class Reply:
 
     chat_id: int
     text: str
-    pre: bool = False
     kind: str = ""
 
 
@@ -179,14 +178,7 @@ class QuarantineDue:
 
 @dataclass(frozen=True, slots=True)
 class Ping:
-    """Health probe; every actor answers with Pong."""
-
-
-@dataclass(frozen=True, slots=True)
-class Pong:
-    """Answer to Ping, naming the actor."""
-
-    actor: str
+    """Main process → supervisor: a health probe, answered with ``Status``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from actors.messages import (
 )
 from shelldon.config import Settings
 from shelldon.contracts import Decision, InboundMessage, encode
-from shelldon.core.arbiter import command_of
+from shelldon.core.arbiter import is_chat
 from shelldon.core.history import Store
 from shelldon.transport.console import (
     ConsoleSession,
@@ -185,7 +185,7 @@ class TransportActor(ContractActor):
             if event is not None and not (
                 self.session.scripted and isinstance(event, InboundMessage)
             ):
-                if isinstance(event, InboundMessage) and not command_of(event.text):
+                if is_chat(event):
                     self.awaiting += 1
                 self._console_handoff(event)
         return True

@@ -101,13 +101,3 @@ def configure_logging(
     structlog.contextvars.clear_contextvars()
     if actor is not None:
         structlog.contextvars.bind_contextvars(actor=actor)
-
-
-def bind_turn(turn_id: str) -> None:
-    """Bind ``turn_id`` to every event this process logs until it is unbound."""
-    structlog.contextvars.bind_contextvars(turn_id=turn_id)
-
-
-def unbind_turn() -> None:
-    """Stop tagging events with a turn id."""
-    structlog.contextvars.unbind_contextvars("turn_id")

@@ -1,29 +1,120 @@
-"""The arbiter's decisions, as plain functions: what to do with the inbox right now.
+"""The arbiter's rules, as a plain object: each event in, the effects to carry out back.
 
-One turn at a time. Decisions (approval taps) and owner commands are not chat: they are handled
-at once and never wait behind a turn. Chat messages wait in the durable inbox, oldest first; past
-the queue bound the newest ones are answered "busy" and dropped.
+``Arbiter`` remembers what the ArbiterActor must between messages (the turn in flight, who the
+owners are, the day the owner was told the schedule budget is spent) and answers each event —
+the inbox as it stands (``InboxView``), a turn that ended, an approval taken, a tick — with a
+list of effects, frozen values the actor carries out in order (send a message, take or write a
+sqlite row). It reads and writes nothing itself, so every rule is tested without an actor, a
+database or a clock. The rules:
+
+- Only the owner acts: an inbox event from anyone else is taken and dropped, logged.
+- Approval taps and owner commands are not chat: they are handled at once, never behind a turn.
+- One turn at a time. Chat waits in the inbox, oldest first; past ``max_queue`` the newest are
+  answered "busy" and dropped. A tap on a parked RISKY call needs the slot (its turn resumes),
+  so while a turn runs it is answered "tap again" and stays parked.
+- A scheduled turn starts only when no turn runs and within the daily budget; the owner is told
+  of a refusal once a day.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from shelldon.contracts import ContractError, Decision, InboundMessage, decode
+import structlog
+
+from shelldon.config import LimitsSettings
+from shelldon.contracts import (
+    ContractError,
+    Decision,
+    InboundMessage,
+    Op,
+    RequestToolApproval,
+    Result,
+    ResumeRequest,
+    ToolFailure,
+    decode,
+)
+from shelldon.core.history import Scheduled
+from shelldon.core.turnwatch import apology
+
+log = structlog.get_logger(__name__)
 
 OWNER_COMMANDS: tuple[tuple[str, str], ...] = (
     ("start", "Say hello and see what I can do"),
     ("help", "How to talk to me, and what needs your tap"),
-    ("tools", "My tools: live, staged, quarantined, with strikes"),
-    ("pending", "Approvals and promotions waiting for you, with their age"),
-    ("budget", "Turns left today"),
-    ("restore", "Bring back a quarantined tool: /restore NAME"),
+    ("tools", "My tools: live, waiting for you, quarantined, with strikes"),
+    ("pending", "Approvals and promotions waiting for your tap, with their age"),
+    ("budget", "Today's budget for turns I start myself"),
+    ("restore", "Bring a quarantined tool back: /restore NAME"),
 )
-"""Owner commands, answered without a turn, with the line Telegram's menu shows for each
-(registered with setMyCommands at start): the one table of them."""
+"""Owner commands, answered without a turn, with the line Telegram's menu (setMyCommands) and
+/help show for each: the one table of them."""
 
 COMMANDS = tuple(name for name, _ in OWNER_COMMANDS)
+
+CONSOLE_CHAT = 0
+CONSOLE_USER = 0
+"""The console's one chat and its one person (``shelldon chat`` and ``shelldon demo``)."""
+
+BUSY_REPLY = (
+    "I'm still busy with your earlier messages, so I dropped this one — send it again in a bit."
+)
+TAP_AGAIN = "I'm in the middle of something — tap again in a moment."
+EXPIRED = "That approval expired (or was already decided), so nothing ran."
+APPROVED = "✅ Approved — running it now."
+DENIED = "❌ Denied — I won't run it."
+BUDGET_SPENT = (
+    "I skipped a scheduled task: today's budget for turns I start myself is spent. "
+    "/budget shows it."
+)
+TICK_S = 30.0
+"""The longest the arbiter sleeps between looks at the clock (expiries, adopted turns)."""
+
+ADOPTED_SLACK_S = 5.0
+"""How long past its ceilings a turn adopted after a restart may run before it counts as lost."""
+
+
+# ---------------------------------------------------------------- the rules as functions
+
+
+def owners_of(allowed_users: Iterable[int], *, console: bool) -> frozenset[int]:
+    """Who may talk to the pet: ``allowed_users``, and at the console the person at it."""
+    return frozenset(allowed_users) | ({CONSOLE_USER} if console else frozenset())
+
+
+def command_of(text: str) -> tuple[str, str] | None:
+    """``("restore", "weather")`` for "/restore weather" (also "/restore@my_bot weather");
+    None for text that is no owner command (an unknown "/rm -rf" is chat for the model)."""
+    if not text.startswith("/"):
+        return None
+    head, _, rest = text[1:].partition(" ")
+    name = head.split("@", 1)[0].lower()
+    return (name, rest.strip()) if name in COMMANDS else None
+
+
+def is_chat(event: InboundMessage | Decision) -> bool:
+    """Whether ``event`` waits for the turn slot and is answered by a turn (not a tap or an
+    owner command, which are answered at once)."""
+    return isinstance(event, InboundMessage) and command_of(event.text) is None
+
+
+def new_turn_id(prefix: str = "t") -> str:
+    """A short unique turn id (fits Telegram's 64-byte callback data with room to spare)."""
+    return f"{prefix}{uuid.uuid4().hex[:16]}"
+
+
+def budget_day(now: float) -> str:
+    """The budget's day key (UTC date) for epoch seconds ``now``."""
+    return dt.datetime.fromtimestamp(now, dt.UTC).date().isoformat()
+
+
+def tick_delay(next_due: float | None, now: float) -> float:
+    """Seconds until the arbiter should look at the clock again."""
+    return TICK_S if next_due is None else min(TICK_S, max(0.05, next_due - now))
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +128,7 @@ class Entry:
 @dataclass(slots=True)
 class InboxPlan:
     """What to do with the inbox: handle ``now`` at once, maybe ``start`` a turn, answer ``busy``
-    ones, drop ``bad`` rows (undecodable)."""
+    ones, drop ``bad`` rows (undecodable, not inbox events, or not from an owner)."""
 
     now: list[Entry] = field(default_factory=list)
     start: Entry | None = None
@@ -45,16 +136,9 @@ class InboxPlan:
     bad: list[tuple[int, str]] = field(default_factory=list)
 
 
-def command_of(text: str) -> tuple[str, str] | None:
-    """``("restore", "weather")`` for "/restore weather" (also "/restore@my_bot weather")."""
-    if not text.startswith("/"):
-        return None
-    head, _, rest = text[1:].partition(" ")
-    name = head.split("@", 1)[0].lower()
-    return (name, rest.strip()) if name in COMMANDS else None
-
-
-def plan_inbox(rows: list[tuple[int, bytes]], *, busy: bool, max_queue: int) -> InboxPlan:
+def plan_inbox(
+    rows: Iterable[tuple[int, bytes]], *, busy: bool, max_queue: int, owners: frozenset[int]
+) -> InboxPlan:
     """Sort the inbox rows (oldest first) into immediate work, a turn to start, and overflow."""
     plan = InboxPlan()
     chat: list[Entry] = []
@@ -67,11 +151,16 @@ def plan_inbox(rows: list[tuple[int, bytes]], *, busy: bool, max_queue: int) -> 
         if not isinstance(event, InboundMessage | Decision):
             plan.bad.append((item_id, f"{type(event).__name__} does not belong in the inbox"))
             continue
+        if event.user_id not in owners:
+            plan.bad.append(
+                (item_id, f"{type(event).__name__} from user {event.user_id}, no owner")
+            )
+            continue
         entry = Entry(item_id, event)
-        if isinstance(event, Decision) or command_of(event.text):
-            plan.now.append(entry)
-        else:
+        if is_chat(event):
             chat.append(entry)
+        else:
+            plan.now.append(entry)
     if not busy and chat:
         plan.start = chat.pop(0)
     if len(chat) > max_queue:
@@ -79,7 +168,7 @@ def plan_inbox(rows: list[tuple[int, bytes]], *, busy: bool, max_queue: int) -> 
     return plan
 
 
-def left_behind(rows: list[tuple[int, bytes]], chat_id: int) -> list[tuple[int, str]]:
+def left_behind(rows: Iterable[tuple[int, bytes]], chat_id: int) -> list[tuple[int, str]]:
     """Events of ``chat_id`` that an earlier session left unanswered, ``(item_id, what)``.
 
     A console session that ended mid-turn (Ctrl-C, a crash) leaves its typed lines here; the
@@ -98,6 +187,394 @@ def left_behind(rows: list[tuple[int, bytes]], chat_id: int) -> list[tuple[int, 
     return found
 
 
-def budget_day(now: float) -> str:
-    """The budget's day key (UTC date) for epoch seconds ``now``."""
-    return dt.datetime.fromtimestamp(now, dt.UTC).date().isoformat()
+def left_behind_notice(gone: list[tuple[int, str]]) -> str:
+    """What the console says about lines an earlier session left unanswered."""
+    said = ", ".join(repr(text[:60]) for _, text in gone[:3])
+    more = f" and {len(gone) - 3} more" if len(gone) > 3 else ""
+    return (
+        f"(An earlier session ended before I answered {said}{more}; I won't answer "
+        "that out of context now. Ask again if you still want it.)"
+    )
+
+
+# ---------------------------------------------------------------- events in
+
+
+@dataclass(frozen=True, slots=True)
+class InboxView:
+    """The inbox and what it is decided against, read at one moment: untaken rows oldest
+    first, the turn ids parked for a tap, the scheduled turns due, today's budget spent."""
+
+    rows: tuple[tuple[int, bytes], ...]
+    now: float
+    approvals: frozenset[str] = frozenset()
+    promotions: frozenset[str] = frozenset()
+    due: tuple[Scheduled, ...] = ()
+    spent_today: int = 0
+
+
+# ---------------------------------------------------------------- effects out
+
+
+@dataclass(frozen=True, slots=True)
+class TakeRow:
+    """Mark inbox row ``item_id`` taken (durably by ``turn_id`` when it starts a turn)."""
+
+    item_id: int
+    turn_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Say:
+    """Send ``text`` to the owner."""
+
+    chat_id: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerCommand:
+    """Answer owner command ``/name arg`` (``owner_commands.answer_command``)."""
+
+    chat_id: int
+    name: str
+    arg: str
+
+
+@dataclass(frozen=True, slots=True)
+class SettleTap:
+    """Answer a tap with ``outcome``; the keyboard goes unless ``keep_keyboard``."""
+
+    decision: Decision
+    outcome: str
+    keep_keyboard: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePromotion:
+    """Hand a tap on a promotion to the gate runner."""
+
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class TakeParked:
+    """Ask the approval store to consume the parked call this tap decides."""
+
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """Resume a parked turn with the owner's decision."""
+
+    request: ResumeRequest
+
+
+@dataclass(frozen=True, slots=True)
+class BeginTurn:
+    """Start a fresh turn on ``text`` (``source`` "owner" or "schedule") and record the text."""
+
+    turn_id: str
+    chat_id: int
+    text: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class FinishInbox:
+    """The turn's inbox event is answered."""
+
+    turn_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordReply:
+    """Append the turn's reply to the conversation."""
+
+    chat_id: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyOp:
+    """Carry out one op of a finished turn (park, gate, remember, schedule)."""
+
+    turn_id: str
+    chat_id: int
+    op: Op
+
+
+@dataclass(frozen=True, slots=True)
+class Strike:
+    """Debit strikes for the self-coded tools that failed in a turn."""
+
+    chat_id: int
+    failures: tuple[ToolFailure, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NowIdle:
+    """No turn runs for ``chat_id`` now (the console's cue to go on)."""
+
+    chat_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class StartDue:
+    """Mark scheduled turn ``schedule_id`` started and spend one turn of ``day``'s budget."""
+
+    schedule_id: int
+    day: str
+
+
+@dataclass(frozen=True, slots=True)
+class RefuseDue:
+    """Mark scheduled turn ``schedule_id`` started, never to run, and audit why: the day's
+    budget is spent."""
+
+    schedule_id: int
+    prompt: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireParked:
+    """Expire (and audit) the parked approvals and promotions whose time is up at ``now``."""
+
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class Abandon:
+    """Close inbox rows that will never be answered."""
+
+    item_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Reoffer:
+    """Put events whose turn a crash cut short back in the inbox."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pump:
+    """Read the inbox afresh and hand it to ``Arbiter.on_inbox`` (with ``idle_chat``)."""
+
+    idle_chat: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ArmTick:
+    """Look at the clock again after ``tick_delay`` of the next due scheduled turn."""
+
+
+Effect = (
+    TakeRow
+    | Say
+    | AnswerCommand
+    | SettleTap
+    | RoutePromotion
+    | TakeParked
+    | Resume
+    | BeginTurn
+    | FinishInbox
+    | RecordReply
+    | ApplyOp
+    | Strike
+    | NowIdle
+    | StartDue
+    | RefuseDue
+    | ExpireParked
+    | Abandon
+    | Reoffer
+    | Pump
+    | ArmTick
+)
+
+
+# ---------------------------------------------------------------- the arbiter
+
+
+class Arbiter:
+    """One turn at a time, the schedule within the daily budget, taps routed; see the module."""
+
+    def __init__(self, limits: LimitsSettings, owners: frozenset[int]) -> None:
+        self.limits = limits
+        self.owners = owners
+        self.busy: str | None = None  # the turn in flight
+        self.busy_chat = 0
+        self.adopted_until = 0.0  # a turn adopted after a restart counts as lost past this
+        self.told_budget_day = ""
+
+    def on_start(
+        self,
+        *,
+        fresh: bool,
+        console: bool,
+        unanswered: Iterable[tuple[int, bytes]],
+        unfinished: list[tuple[int, str, bytes]],
+        now: float,
+    ) -> list[Effect]:
+        """The actor's first wiring. After a service start (``fresh``: a crash or power cut
+        ended any turn in flight) unanswered messages go back in the inbox and are answered
+        again, except the console's (its owner has left that conversation); after only the
+        actor restarted, the turn actor is still running the last turn, so wait for it."""
+        if fresh:
+            effects: list[Effect] = []
+            gone = left_behind(unanswered, CONSOLE_CHAT) if console else []
+            if gone:
+                log.warning("console_input_left_behind", messages=len(gone))
+                effects.append(Abandon(tuple(item_id for item_id, _ in gone)))
+                effects.append(Say(CONSOLE_CHAT, left_behind_notice(gone)))
+            return [*effects, Reoffer()]
+        if unfinished:
+            _item, turn_id, blob = unfinished[-1]
+            try:
+                event = decode(blob)
+            except ContractError:
+                event = None
+            self.busy = turn_id
+            self.busy_chat = event.chat_id if isinstance(event, InboundMessage) else 0
+            lim = self.limits
+            self.adopted_until = now + lim.turn_timeout_s + lim.kill_grace_s + ADOPTED_SLACK_S
+            log.warning("turn_in_flight_adopted", turn_id=turn_id)
+        return []
+
+    def on_inbox(self, view: InboxView, idle_chat: int | None = None) -> list[Effect]:
+        """Take what the inbox holds: taps and commands now, a turn if the slot is free, "busy"
+        past the queue bound, then a due scheduled turn; ``idle_chat`` is told if no turn runs
+        afterwards."""
+        plan = plan_inbox(
+            view.rows,
+            busy=self.busy is not None,
+            max_queue=self.limits.max_queue,
+            owners=self.owners,
+        )
+        effects: list[Effect] = []
+        for item_id, why in plan.bad:
+            log.warning("inbox_item_dropped", item_id=item_id, error=why)
+            effects.append(TakeRow(item_id))
+        for entry in plan.now:
+            effects.append(TakeRow(entry.item_id))
+            if isinstance(entry.event, Decision):
+                effects.extend(self._tapped(entry.event, view))
+            else:
+                parsed = command_of(entry.event.text)
+                assert parsed is not None  # plan_inbox put no chat here
+                effects.append(AnswerCommand(entry.event.chat_id, *parsed))
+        for entry in plan.busy:
+            effects += [TakeRow(entry.item_id), Say(entry.event.chat_id, BUSY_REPLY)]
+        if self.busy is None and plan.start is not None:
+            start, turn_id = plan.start.event, new_turn_id("t")
+            assert isinstance(start, InboundMessage)  # plan_inbox starts only chat
+            effects.append(TakeRow(plan.start.item_id, turn_id))
+            effects.append(self._begin(turn_id, start.chat_id, start.text, "owner"))
+        if self.busy is None:
+            effects.extend(self._scheduled(view))
+        if idle_chat is not None and self.busy is None:
+            effects.append(NowIdle(idle_chat))
+        return effects
+
+    def _tapped(self, decision: Decision, view: InboxView) -> list[Effect]:
+        if decision.approved is None:
+            log.warning("malformed_decision_denied", turn_id=decision.turn_id)
+            decision = dataclasses.replace(decision, approved=False)
+        if decision.turn_id in view.promotions:
+            return [RoutePromotion(decision)]
+        if decision.turn_id in view.approvals:
+            if self.busy is not None:
+                return [SettleTap(decision, TAP_AGAIN, keep_keyboard=True)]
+            self.busy, self.busy_chat = decision.turn_id, decision.chat_id
+            return [TakeParked(decision)]
+        log.info("decision_for_nothing", turn_id=decision.turn_id)
+        return [SettleTap(decision, EXPIRED)]
+
+    def _begin(self, turn_id: str, chat_id: int, text: str, source: str) -> BeginTurn:
+        self.busy, self.busy_chat = turn_id, chat_id
+        return BeginTurn(turn_id, chat_id, text, source)
+
+    def _scheduled(self, view: InboxView) -> list[Effect]:
+        effects: list[Effect] = []
+        day, spent = budget_day(view.now), view.spent_today
+        for due in view.due:
+            if spent < self.limits.daily_turn_budget:
+                effects.append(StartDue(due.id, day))
+                effects.append(self._begin(new_turn_id("s"), due.chat_id, due.prompt, "schedule"))
+                return effects
+            log.warning("scheduled_turn_refused_budget", prompt=due.prompt[:80], day=day)
+            effects.append(RefuseDue(due.id, due.prompt[:200]))
+            if self.told_budget_day != day:
+                self.told_budget_day = day
+                effects.append(Say(due.chat_id, BUDGET_SPENT))
+        return effects
+
+    def on_turn_ended(self, chat_id: int, result: Result) -> list[Effect]:
+        """A turn is over: its reply, its ops and its strikes go out, and the slot is free."""
+        if result.turn_id != self.busy:
+            log.warning("stray_turn_ended", turn_id=result.turn_id, busy=self.busy)
+            return []
+        self.busy, self.adopted_until = None, 0.0
+        effects: list[Effect] = [FinishInbox(result.turn_id)]
+        if result.reply:
+            effects += [Say(chat_id, result.reply), RecordReply(chat_id, result.reply)]
+        effects += [ApplyOp(result.turn_id, chat_id, op) for op in result.ops]
+        if result.tool_failures:
+            effects.append(Strike(chat_id, result.tool_failures))
+        # The conversation turn is complete, unless it parked (it goes on after the tap).
+        parked = any(isinstance(op, RequestToolApproval) for op in result.ops)
+        return [*effects, Pump(idle_chat=None if parked else chat_id)]
+
+    def on_turn_lost(self) -> list[Effect]:
+        """The turn actor died with the turn in flight: the owner gets an apology."""
+        if self.busy is None:
+            return []
+        log.warning("turn_lost_with_turn_actor", turn_id=self.busy)
+        return self.on_turn_ended(self.busy_chat, apology(self.busy, "crash"))
+
+    def on_approval_taken(
+        self, decision: Decision, parked: RequestToolApproval | None
+    ) -> list[Effect]:
+        """The approval store consumed the parked call a tap decided (``parked``), or found
+        it gone (None: expired, decided already, corrupt)."""
+        mine = self.busy == decision.turn_id
+        if parked is not None and (mine or self.busy is None):
+            approved = bool(decision.approved)
+            self.busy, self.busy_chat = decision.turn_id, decision.chat_id
+            log.info("turn_resumed", turn_id=decision.turn_id, approved=approved)
+            request = ResumeRequest(decision.turn_id, decision.chat_id, parked, approved)
+            return [SettleTap(decision, APPROVED if approved else DENIED), Resume(request)]
+        if parked is not None:
+            # Another turn took the slot meanwhile (the turn actor restarted): one turn at a
+            # time holds, and the consumed call does not run.
+            log.warning("approval_taken_while_busy", turn_id=decision.turn_id, busy=self.busy)
+        if mine:
+            self.busy = None
+        return [SettleTap(decision, EXPIRED), Pump()]
+
+    def on_tick(self, now: float) -> list[Effect]:
+        """The clock moved: a turn adopted after a restart that never ended is given up on,
+        parked rows past their time expire, the inbox is read, the next tick is armed."""
+        effects: list[Effect] = []
+        if self.busy is not None and self.adopted_until and now > self.adopted_until:
+            log.warning("adopted_turn_never_ended", turn_id=self.busy)
+            effects += self.on_turn_ended(self.busy_chat, apology(self.busy, "crash"))
+        return [*effects, ExpireParked(now), Pump(), ArmTick()]
+
+
+def inbox_view(
+    rows: Iterable[tuple[int, bytes]],
+    parked: Iterable[tuple[str, str]],
+    due: Iterable[Scheduled],
+    spent_today: int,
+    now: float,
+) -> InboxView:
+    """An ``InboxView`` from the store's rows: ``parked`` as ``(kind, turn_id)`` pairs."""
+    pairs = list(parked)
+    return InboxView(
+        rows=tuple(rows),
+        now=now,
+        approvals=frozenset(t for kind, t in pairs if kind == "approval"),
+        promotions=frozenset(t for kind, t in pairs if kind == "promotion"),
+        due=tuple(due),
+        spent_today=spent_today,
+    )

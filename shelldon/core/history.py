@@ -396,16 +396,23 @@ class Store:
             )
             return int(cur.lastrowid or 0)
 
-    def take_due(self, now: float, limit: int = 10) -> list[Scheduled]:
-        """Mark due scheduled turns as started and return them (each is returned once)."""
+    def due(self, now: float, limit: int = 10) -> list[Scheduled]:
+        """Scheduled turns due at ``now`` and not started yet, soonest first."""
+        rows = self._db.execute(
+            "SELECT id, chat_id, due_at, prompt FROM schedule "
+            "WHERE started_at IS NULL AND due_at <= ? ORDER BY due_at, id LIMIT ?",
+            (now, limit),
+        ).fetchall()
+        return [Scheduled(*r) for r in rows]
+
+    def start_due(self, schedule_id: int, now: float) -> bool:
+        """Mark a scheduled turn started; False if it was started before (each starts once)."""
         with self._write(durable=True) as db:
-            rows = db.execute(
-                "UPDATE schedule SET started_at = ? WHERE id IN (SELECT id FROM schedule "
-                "WHERE started_at IS NULL AND due_at <= ? ORDER BY due_at LIMIT ?) "
-                "RETURNING id, chat_id, due_at, prompt",
-                (now, now, limit),
-            ).fetchall()
-        return sorted((Scheduled(*r) for r in rows), key=lambda s: s.due_at)
+            cur = db.execute(
+                "UPDATE schedule SET started_at = ? WHERE id = ? AND started_at IS NULL",
+                (now, schedule_id),
+            )
+            return cur.rowcount == 1
 
     def next_due(self) -> float | None:
         """When the next scheduled turn is due, or None."""

@@ -6,7 +6,7 @@ They need no turn, no worker and no model: plain reads of the store and the tool
 from __future__ import annotations
 
 from shelldon.config import Settings
-from shelldon.core.arbiter import budget_day
+from shelldon.core.arbiter import OWNER_COMMANDS, budget_day
 from shelldon.core.history import Store
 from shelldon.core.selfcode import SelfCode, SelfCodeError
 
@@ -15,11 +15,7 @@ HELP = (
     "I use tools on my own when they are harmless, and ask you before anything risky "
     "(writing files, running commands, fetching URLs, git). I can also write new tools "
     "for myself; you approve each one.\n\n"
-    "/tools — my tools: live, waiting for you, quarantined\n"
-    "/pending — what is waiting for your tap\n"
-    "/budget — today's budget for turns I start myself\n"
-    "/restore NAME — bring a quarantined tool back\n"
-    "/help — this text"
+    + "\n".join(f"/{name} — {line}" for name, line in OWNER_COMMANDS if name != "start")
 )
 
 
@@ -106,15 +102,16 @@ def restore_tool(store: Store, selfcode: SelfCode, name: str, now: float) -> str
 def answer_command(
     name: str, arg: str, store: Store, selfcode: SelfCode, settings: Settings, now: float
 ) -> str:
-    """The reply to owner command ``name`` with argument ``arg``."""
-    if name in ("start", "help"):
-        return HELP
-    if name == "tools":
-        return tools_text(store, selfcode)
-    if name == "pending":
-        return pending_text(store, now)
-    if name == "budget":
-        return budget_text(store, settings, now)
-    if name == "restore":
-        return restore_tool(store, selfcode, arg, now)
-    return f"Unknown command /{name}. Try /help."
+    """The reply to owner command ``name`` (one of ``OWNER_COMMANDS``) with argument ``arg``."""
+    match name:
+        case "start" | "help":
+            return HELP
+        case "tools":
+            return tools_text(store, selfcode)
+        case "pending":
+            return pending_text(store, now)
+        case "budget":
+            return budget_text(store, settings, now)
+        case "restore":
+            return restore_tool(store, selfcode, arg, now)
+    raise ValueError(f"/{name} is not an owner command (command_of decides which are)")

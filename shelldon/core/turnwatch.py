@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from shelldon.contracts import Completion, Job, Result, ToolFailure, ToolStarted
+from shelldon.core.replies import stopped_apology
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +32,7 @@ class Finished:
 @dataclass(frozen=True, slots=True)
 class Violation:
     """The worker broke a ceiling or the protocol: kill it and apologise. ``kind`` picks the
-    apology (``APOLOGIES``: "ceiling" or "protocol"); ``reason`` is for the log."""
+    apology (``replies.APOLOGIES``: "ceiling" or "protocol"); ``reason`` is for the log."""
 
     kind: str
     reason: str
@@ -104,19 +105,11 @@ def max_model_calls(max_tool_executions: int) -> int:
     return max_tool_executions + 1
 
 
-APOLOGIES = {
-    "timeout": "Sorry — that took longer than I'm allowed, so I stopped. Try again, maybe simpler?",
-    "ceiling": "Sorry — I went over my limit of model calls for one turn, so I stopped.",
-    "crash": "Sorry — something broke inside me while thinking about that. Please try again.",
-    "protocol": "Sorry — my worker misbehaved, so I stopped it. Please try again.",
-}
-
-
 def apology(turn_id: str, kind: str, model_calls: int = 0, running_tool: str = "") -> Result:
     """The best-effort Result the owner gets when a worker had to be stopped; a self-coded tool
     that was running when it was stopped is reported as failed (it earns a strike)."""
     failures: tuple[ToolFailure, ...] = ()
-    reply = APOLOGIES[kind]
+    reply = stopped_apology(kind)
     if running_tool:
         why = {"timeout": "it ran past the turn's time limit"}.get(
             kind, f"the worker died ({kind})"

@@ -223,9 +223,3 @@ def render_promotion(
         f"{code(documents[0].filename)} and {code(documents[1].filename)}."
     )
     return ApprovalView(text="\n".join([*head, attached, *tail]), documents=documents)
-
-
-def render_decided(approved: bool, detail: str = "") -> str:
-    """The text an approval message is edited to once decided (its keyboard is dropped)."""
-    outcome = "✅ Approved" if approved else "❌ Denied"
-    return f"{bold(outcome)}\n{escape(detail)}" if detail else bold(outcome)

@@ -10,9 +10,8 @@ import collections
 from dataclasses import dataclass
 
 from shelldon.contracts import Decision, InboundMessage
+from shelldon.core.arbiter import CONSOLE_CHAT, CONSOLE_USER
 
-CONSOLE_CHAT = 0
-CONSOLE_USER = 0
 YES = ("y", "yes", "ok", "approve", "sure")
 
 

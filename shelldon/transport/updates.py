@@ -1,9 +1,9 @@
 """Raw Telegram updates → ``InboundMessage``, ``Decision``, or a ``Rejected`` value.
 
 ``parse_update`` never raises: malformed JSON shapes, unknown update kinds, missing fields and
-wrong types all become ``Rejected(reason)``. The owner gate lives here: a message or a tap
-from anyone outside ``allowed_users`` (or from a group chat, where replies would be seen by
-others) is rejected before it can reach a turn.
+wrong types all become ``Rejected(reason)``. The owner gate is applied here first: a message or
+a tap from anyone who is not an owner (``core.arbiter.owners_of``), or from a group chat, where
+replies would be seen by others, is rejected before it can reach the inbox.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shelldon.contracts import Decision, InboundMessage
+from shelldon.core.arbiter import owners_of
 from shelldon.transport.approvals import InvalidCallback, parse_callback_data
 
 
@@ -20,13 +21,13 @@ from shelldon.transport.approvals import InvalidCallback, parse_callback_data
 class UpdateRules:
     """Who may talk to the pet, and the key that authenticates its approval buttons."""
 
-    allowed_users: frozenset[int]
+    owners: frozenset[int]
     callback_key: bytes = field(repr=False)  # derived from the bot token: never in a log line
 
     @classmethod
     def of(cls, allowed_users: Iterable[int], callback_key: bytes) -> UpdateRules:
-        """Rules from a config tuple of user ids."""
-        return cls(frozenset(allowed_users), callback_key)
+        """Rules from the configured ``allowed_users``."""
+        return cls(owners_of(allowed_users, console=False), callback_key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +102,7 @@ def _parse_message(update_id: int, message: dict[str, Any], rules: UpdateRules) 
     user_id = _sender(message)
     if user_id is None:
         return Rejected("message without a human sender", update_id)
-    if user_id not in rules.allowed_users:
+    if user_id not in rules.owners:
         return Rejected("sender is not in allowed_users", update_id, user_id)
     chat_id = _private_chat(message)
     if chat_id is None:
@@ -121,7 +122,7 @@ def _parse_callback(update_id: int, query: dict[str, Any], rules: UpdateRules) -
     user_id = _sender(query)
     if user_id is None:
         return Rejected("callback without a human sender", update_id, callback_id=callback_id)
-    if user_id not in rules.allowed_users:
+    if user_id not in rules.owners:
         return Rejected(
             "sender is not in allowed_users", update_id, user_id, callback_id=callback_id
         )

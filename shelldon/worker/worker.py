@@ -37,6 +37,7 @@ from shelldon.contracts import (
     TurnRequest,
     Usage,
 )
+from shelldon.core.replies import approval_question, model_apology
 from shelldon.worker.ops import parse_ops
 from shelldon.worker.prompt import build_messages, tool_message
 from shelldon.worker.tools import Registry, execute_tool
@@ -73,29 +74,8 @@ PROPOSE_TOOL = ToolDefinition(
 PROPOSAL_RECEIVED = "proposal received: it will be gated and shown to the owner"
 DENIED_BY_OWNER = "denied by owner"
 
-_APOLOGIES = {
-    "rate_limited": "the model is rate-limited, try again in a minute",
-    "overloaded": "the model is overloaded right now, try again in a few minutes",
-    "timeout": "the model took too long to answer, try again",
-    "auth": "the model refused my credentials; the API key needs checking",
-    "bad_request": "the model rejected my request; try rephrasing",
-    "server": "the model's server had an error, try again shortly",
-    "malformed": "the model's answer came back garbled, try again",
-    "channel": "I lost contact with my brain mid-turn, try again",
-    "no_key": "no API key configured for the model; `shelldon doctor` says where it goes",
-    "unconfigured": "my brain is not configured correctly; `shelldon doctor` says what is wrong",
-}
-
 _SUMMARY_VALUE_CHARS = 200
 _SUMMARY_CHARS = 1000
-
-
-def apology(failed: JobFailed) -> str:
-    """A short, honest reply for a failed model call, naming what went wrong."""
-    reason = _APOLOGIES.get(failed.kind, f"the model call failed ({failed.kind})")
-    if failed.kind == "rate_limited" and failed.retry_after:
-        reason = f"the model is rate-limited, try again in {max(1, round(failed.retry_after))} s"
-    return f"Sorry — {reason}."
 
 
 def summarize_call(call: ToolCall) -> str:
@@ -235,7 +215,7 @@ class _Turn:
         summary = summarize_call(call)
         self.ops.append(RequestToolApproval(call, summary, tuple(self.messages)))
         log.info("turn_parked", turn_id=self.turn_id, tool=call.name)
-        question = f"I'd like to run {summary} — approve?"
+        question = approval_question(summary)
         return self.result(f"{lead}\n\n{question}" if lead else question)
 
 
@@ -249,7 +229,7 @@ def _loop(turn: _Turn) -> Result:
         turn.model_calls += 1
         if isinstance(answer, JobFailed):
             log.warning("model_call_failed", turn_id=turn.turn_id, kind=answer.kind)
-            return turn.result(apology(answer))
+            return turn.result(model_apology(answer))
         turn.input_tokens += answer.usage.input_tokens
         turn.output_tokens += answer.usage.output_tokens
         said = turn.take_text(answer.text)

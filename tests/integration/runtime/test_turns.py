@@ -117,6 +117,14 @@ def test_decision_from_a_stranger_is_dropped(service: Service) -> None:
     assert service.store.has_approval(parked.turn_id)
 
 
+def test_a_message_from_a_stranger_in_the_inbox_starts_no_turn(service: Service) -> None:
+    # The transport gates strangers first; the arbiter gates what reaches the inbox anyway.
+    service.inject(_chat("what time is it?", user_id=666))
+    assert "clock" not in service.quiet_for(1.0)
+    assert service.store.recent_messages(0) == []
+    assert service.store.inbox() == []  # taken and dropped, not left to come back
+
+
 @pytest.mark.script(FREE_TURN + RISKY + SLOW_THEN_FAST, SHELLDON_LIMITS_EVAL_TIMEOUT_S="5")
 def test_tap_while_a_worker_is_in_flight_stays_parked(service: Service) -> None:
     service.say("save a note")
@@ -135,10 +143,10 @@ def test_tap_while_a_worker_is_in_flight_stays_parked(service: Service) -> None:
     assert (service.settings.workspace / "note.txt").read_text() == "hi"
 
 
-def _chat(text: str):  # type: ignore[no-untyped-def]
+def _chat(text: str, user_id: int = 0):  # type: ignore[no-untyped-def]
     from shelldon.contracts import InboundMessage
 
-    return InboundMessage(0, 0, text)
+    return InboundMessage(0, user_id, text)
 
 
 def test_owner_commands_answer_without_a_turn(service: Service) -> None:

@@ -117,9 +117,9 @@ def test_an_approved_shell_keeps_the_network_and_writes_the_workspace(
 ) -> None:
     settings = confined(planted, layer)
     script = (
-        "import socket; socket.create_connection(('127.0.0.1', %d), timeout=2).close(); "
+        f"import socket; socket.create_connection(('127.0.0.1', {listener}), timeout=2).close(); "
         "open('fetched.txt', 'w').write('ok'); print('connected')"
-    ) % listener
+    )
     command = f'{sys.executable} -c "{script}" | tr a-z A-Z > shout.txt && cat shout.txt'
     ok, text = resume(settings, ToolCall("r1", "run_shell", {"command": command}))
     assert (ok, text.strip()) == (True, "CONNECTED"), text

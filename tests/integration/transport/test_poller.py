@@ -25,13 +25,12 @@ from shelldon.transport.approvals import (
     approval_callback_data,
     approval_keyboard,
     callback_key,
-    render_decided,
     render_promotion,
     render_risky_approval,
 )
 from shelldon.transport.outbox import Outbox
 from shelldon.transport.poller import INVALID_BUTTON_NOTICE, OWNER_COMMANDS, Poller
-from shelldon.transport.render import pre
+from shelldon.transport.render import escape, pre
 from shelldon.transport.telegram import BotApi, Conflict, RetryPolicy, Unauthorized
 from shelldon.transport.updates import UpdateRules
 from tests.fakes.fake_telegram import FakeTelegram
@@ -111,7 +110,7 @@ def test_approval_round_trip_consumes_the_decision_once(stores) -> None:  # type
                 assert store.decisions() == [("turn-1", 1)]
                 assert tg.answers == [{"callback_query_id": first, "text": "Approved."}]
 
-                await rig.outbox.edit(OWNER, message_id, render_decided(True, "running rm x"))
+                await rig.outbox.edit(OWNER, message_id, escape("✅ Approved — running it now."))
                 assert tg.message(OWNER, message_id).buttons() == []
 
                 # A second tap (a stale client still showing the keyboard) changes nothing.

@@ -153,14 +153,19 @@ def test_strikes_accumulate_atomically_and_reset(store: Store) -> None:
     assert store.tool_health() == []
 
 
-def test_scheduled_turn_is_taken_once_when_due(store: Store) -> None:
+def test_scheduled_turn_is_started_once_when_due(store: Store) -> None:
     store.schedule(1, due_at=100, prompt="water the plants", now=0)
     store.schedule(1, due_at=50, prompt="earlier", now=0)
     assert store.next_due() == 50
-    assert store.take_due(now=10) == []
-    due = store.take_due(now=200)
+    assert store.due(now=10) == []
+    due = store.due(now=200)
     assert [d.prompt for d in due] == ["earlier", "water the plants"]
-    assert store.take_due(now=300) == []
+    assert store.due(now=200) == due  # looking starts nothing
+    assert store.start_due(due[0].id, now=200)
+    assert not store.start_due(due[0].id, now=201)
+    assert [d.prompt for d in store.due(now=300)] == ["water the plants"]
+    assert store.start_due(due[1].id, now=300)
+    assert store.due(now=300) == []
     assert store.next_due() is None
 
 

@@ -26,13 +26,12 @@ def run_logging(code: str, env_extra: dict[str, str] | None = None) -> list[dict
 def test_every_line_is_json_with_the_required_fields() -> None:
     lines = run_logging("""
         import logging, structlog
-        from shelldon.logs import configure_logging, bind_turn, unbind_turn
+        from shelldon.logs import configure_logging
         configure_logging(actor="ArbiterActor")
         log = structlog.get_logger("t")
         log.info("turn_started", chat_id=5)
-        bind_turn("turn-1")
-        log.warning("tool_raised", tool="weather", error="boom\\nwith newline")
-        unbind_turn()
+        with structlog.contextvars.bound_contextvars(turn_id="turn-1"):  # as ContractActor does
+            log.warning("tool_raised", tool="weather", error="boom\\nwith newline")
         logging.getLogger("thespian").warning("thespian says %s", "hi")
         logging.getLogger("thespian").info("below thespian's level")
         try:

@@ -22,7 +22,6 @@ from shelldon.transport.approvals import (
     approval_keyboard,
     callback_key,
     parse_callback_data,
-    render_decided,
     render_promotion,
     render_risky_approval,
 )
@@ -163,8 +162,3 @@ def test_long_promotion_sends_code_and_test_as_documents() -> None:
     assert view.documents[0].content.decode() == code
     visible = parse_html(view.text)
     assert "1 passed" in visible and "2000 lines" in visible
-
-
-def test_decided_text_says_the_outcome() -> None:
-    assert parse_html(render_decided(True)) == "✅ Approved"
-    assert parse_html(render_decided(False, "not <now>")) == "❌ Denied\nnot <now>"
