@@ -12,9 +12,10 @@ Three layers, each detected at start and used where the kernel offers it:
   controllers exist and ``cgroup.kill`` at the end, which also ends ``setsid`` stragglers.
 
 One module per part: ``policy`` (what is denied and allowed), ``libc``, ``seccomp``,
-``landlock``, ``userns``, ``cgroup``, ``plan`` (what this kernel and config give), ``paths``
-(what a child may see), ``confinement`` (the value a parent prepares for one child:
-``prepare_worker``, ``prepare_gate``), ``apply`` (in the child). This package's names are
+``landlock``, ``userns``, ``cgroup``, ``dumpable`` (the service and the zygote are not),
+``plan`` (what this kernel and config give), ``paths`` (what a child may see), ``confinement``
+(the value a parent prepares for one child: ``prepare_worker``, ``prepare_gate``), ``apply``
+(in the child). This package's names are
 the interface; the parts import each other, never the package.
 
 ``[sandbox] mode``: ``required`` refuses to start without seccomp and a filesystem layer
@@ -33,6 +34,7 @@ from shelldon.core.sandbox.cgroup import (
     prepare_delegated_cgroup,
 )
 from shelldon.core.sandbox.confinement import Confinement, prepare_gate, prepare_worker
+from shelldon.core.sandbox.dumpable import dumpable, forbid_dumps
 from shelldon.core.sandbox.landlock import forget_prebuilt, landlock_abi, prebuilt_ruleset_fds
 from shelldon.core.sandbox.paths import allowed_paths
 from shelldon.core.sandbox.plan import (
@@ -60,6 +62,8 @@ __all__ = [
     "delegated_cgroup",
     "open_turn_cgroup",
     "prepare_delegated_cgroup",
+    "dumpable",
+    "forbid_dumps",
     "forget_prebuilt",
     "landlock_abi",
     "prebuilt_ruleset_fds",
