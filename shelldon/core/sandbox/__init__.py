@@ -25,7 +25,7 @@ programs and path lists are prepared in the parent; the child only makes syscall
 
 from __future__ import annotations
 
-from shelldon.core.sandbox.apply import confine_worker, gate_preexec
+from shelldon.core.sandbox.apply import confine_worker, filesystem_confined, gate_preexec
 from shelldon.core.sandbox.cgroup import (
     TurnCgroup,
     cgroup_parent,
@@ -56,6 +56,7 @@ from shelldon.core.sandbox.userns import userns_available
 
 __all__ = [
     "confine_worker",
+    "filesystem_confined",
     "gate_preexec",
     "TurnCgroup",
     "cgroup_parent",

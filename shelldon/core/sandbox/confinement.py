@@ -20,7 +20,12 @@ import structlog
 from shelldon.config import SandboxSettings, Settings
 from shelldon.core.sandbox.cgroup import TurnCgroup, open_turn_cgroup
 from shelldon.core.sandbox.landlock import landlock_abi, prebuild_landlock
-from shelldon.core.sandbox.paths import allowed_paths, never_paths, worker_paths
+from shelldon.core.sandbox.paths import (
+    allowed_paths,
+    live_tools_read,
+    never_paths,
+    worker_paths,
+)
 from shelldon.core.sandbox.plan import Plan, plan
 from shelldon.core.sandbox.policy import SandboxError
 from shelldon.core.sandbox.seccomp import build_filter
@@ -67,9 +72,9 @@ def _prepare(
 
 
 def prepare_worker(settings: Settings) -> Confinement:
-    """A turn's worker: read-write on the workspace only, its own cgroup (the caller owns it:
-    ``close()`` at the end)."""
-    ro, rw = worker_paths(settings.workspace, never_paths(settings))
+    """A turn's worker: read-write on the workspace only, read-only the live self-coded tools,
+    its own cgroup (the caller owns it: ``close()`` at the end)."""
+    ro, rw = worker_paths(settings.workspace, never_paths(settings), live_tools_read(settings))
     name = f"shelldon-turn-{os.getpid()}-{next(_turn_numbers)}"
     return _prepare(settings.sandbox, ro, rw, name)
 
