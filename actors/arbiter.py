@@ -85,7 +85,7 @@ class ArbiterActor(ContractActor):
         self.settings, self.peers = msg.settings, msg.peers
         if self.store is None:
             self.store = Store(msg.settings.database)
-        self.selfcode = SelfCode(msg.settings.workspace, msg.settings.limits)
+        self.selfcode = SelfCode.from_settings(msg.settings, self.store)
         owners = rules.owners_of(
             msg.settings.telegram.allowed_users, console=msg.transport == "console"
         )

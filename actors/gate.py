@@ -23,7 +23,7 @@ from actors.messages import (
 from actors.wired import WiredActor
 from shelldon.core.gate import GateReport, GateRun
 from shelldon.core.manifest import read_declaration
-from shelldon.core.selfcode import SelfCode, SelfCodeError
+from shelldon.core.selfcode import SelfCode, SelfCodeError, Staged
 
 log = structlog.get_logger(__name__)
 
@@ -59,14 +59,15 @@ class GateRunnerActor(WiredActor):
         super().__init__()
         self.selfcode: SelfCode | None = None
         self.queue: collections.deque[GateTool] = collections.deque()
-        self.running: tuple[GateTool, GateRun, str, str] | None = None
+        self.running: tuple[GateTool, GateRun, Staged] | None = None
 
     def wired(self, msg: Wire, *, first: bool) -> None:
         assert self.store is not None
-        self.selfcode = SelfCode(msg.settings.workspace, msg.settings.limits, msg.settings.sandbox)
+        self.selfcode = SelfCode.from_settings(msg.settings, self.store)
         if first:
-            # A gate cut short by a crash left its staged pair: only parked promotions stay.
-            self.selfcode.sweep_staging(keep=self.store.promotion_names())
+            # A gate cut short by a crash left its staging directory; parked promotions keep
+            # their bytes in the store, so none is needed.
+            self.selfcode.sweep_staging()
 
     def receiveMsg_GateTool(self, msg: GateTool, sender: ActorAddress) -> None:
         self.queue.append(msg)
@@ -84,7 +85,7 @@ class GateRunnerActor(WiredActor):
                 self._tell(job.chat_id, text, kind=TOOL_REFUSED)
                 continue
             run = self.selfcode.start_gate(staged)
-            self.running = (job, run, staged.name, staged.code_hash)
+            self.running = (job, run, staged)
             if run.fd is not None:
                 self.watch(run.fd)
             self.wakeupAfter(dt.timedelta(seconds=0.2), payload=("gate", job.turn_id))
@@ -93,7 +94,7 @@ class GateRunnerActor(WiredActor):
     def _poll(self) -> None:
         if self.running is None:
             return
-        job, run, name, digest = self.running
+        job, run, staged = self.running
         fd = run.fd
         report = run.poll()
         if fd is not None and run.fd is None:
@@ -103,7 +104,7 @@ class GateRunnerActor(WiredActor):
         if fd is not None:
             self.unwatch(fd)
         self.running = None
-        self._gated(job, name, digest, report)
+        self._gated(job, staged, report)
         self._next()
 
     def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: ActorAddress) -> None:
@@ -114,9 +115,10 @@ class GateRunnerActor(WiredActor):
         if self.running is not None:
             self.wakeupAfter(dt.timedelta(seconds=0.2), payload=("gate", self.running[0].turn_id))
 
-    def _gated(self, job: GateTool, name: str, digest: str, report: GateReport) -> None:
+    def _gated(self, job: GateTool, staged: Staged, report: GateReport) -> None:
         assert self.store is not None and self.settings is not None
         now, summary = time.time(), gate_summary(report)
+        name, digest = staged.name, staged.code_hash
         self.store.audit(
             "gate",
             "passed" if report.passed else "failed",
@@ -150,6 +152,9 @@ class GateRunnerActor(WiredActor):
             f"tool {name}",
             now,
             self.settings.limits.approval_ttl_s,
+            # The bytes the gate judged: promotion writes these, never a file from staging.
+            code=staged.code,
+            test=staged.test,
         )
         text = f"I wrote a tool called {name} and it passed its test — add it to my toolbox?"
         ask = AskOwner(
@@ -172,7 +177,9 @@ class GateRunnerActor(WiredActor):
         name, _, digest = taken.blob.decode().partition("\0")
         if decision.approved:
             try:
-                self.selfcode.promote(name, expected_hash=digest)
+                self.selfcode.promote(
+                    name, taken.code, taken.test, expected_hash=digest, turn_id=decision.turn_id
+                )
             except SelfCodeError as exc:
                 self.store.audit(
                     "owner",
@@ -196,7 +203,7 @@ class GateRunnerActor(WiredActor):
             )
             outcome = f"✅ Added {name} — it's live from your next message."
         else:
-            self.selfcode.discard(name)
+            # Nothing to delete: the parked bytes went with the row, the gate's dir with the gate.
             self.store.audit(
                 "owner", "discarded", name, {}, now, code_hash=digest, turn_id=decision.turn_id
             )

@@ -142,7 +142,7 @@ class SupervisorActor(ContractActor):
 
     def receiveMsg_QuarantineDue(self, msg: QuarantineDue, sender: ActorAddress) -> None:
         assert self.boot is not None and self.store is not None
-        selfcode = SelfCode(self.boot.settings.workspace, self.boot.settings.limits)
+        selfcode = SelfCode.from_settings(self.boot.settings, self.store)
         reason = f"{msg.strikes} strikes; last error: {msg.last_error}"
         try:
             selfcode.quarantine(msg.name, reason)

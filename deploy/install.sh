@@ -7,7 +7,7 @@
 #                                                and systemctl calls are recorded, not run
 #
 # Layout: /opt/shelldon/{src,venv} (code, root-owned, read-only to the service),
-# /var/lib/shelldon (the pet's home: workspace, vault, sqlite; owned by user shelldon, 0700),
+# /var/lib/shelldon (the pet's home: workspace, vault, toolbox, sqlite; owned by user shelldon, 0700),
 # /etc/shelldon/config.toml (root:shelldon 0640; never overwritten once there),
 # /etc/shelldon/credentials/NAME (root 0600; systemd copies them in with LoadCredential=),
 # /etc/systemd/system/shelldon.service, /etc/systemd/journald.conf.d/shelldon.conf,

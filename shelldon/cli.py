@@ -64,6 +64,14 @@ def _start(settings: Settings, actor: str) -> Any:
 
     prepare_home(settings)
     configure_logging(actor=actor, home=settings.home)
+    from shelldon.core.legacy_toolbox import prepare_toolbox
+    from shelldon.core.sandbox import forbid_dumps
+
+    # The toolbox and its manifest, from the store, before any worker can read them.
+    prepare_toolbox(settings)
+    # No process of this user may read this one's memory (the secrets arrive below) or drive
+    # the zygote; the zygote and every worker inherit it.
+    forbid_dumps()
     from shelldon.worker.zygote import Zygote
 
     gc.collect()
@@ -162,7 +170,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if status == INTERRUPTED:
         os.write(console.out_fd, b"shelldon: the demo was interrupted (Ctrl-C)\n")
     elif status == 0:
-        tools = sorted(p.stem for p in (settings.workspace / "tools").glob("*.py"))
+        tools = sorted(p.stem for p in settings.live_tools.glob("*.py"))
         os.write(console.out_fd, f"live self-coded tools: {', '.join(tools) or 'none'}\n".encode())
     return status
 
@@ -371,11 +379,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "demo" and args.config is not None:
         parser.error("demo: --config is not used: the demo writes a config of its own")
+    from shelldon.core.history import StoreError
+
     try:
         return int(args.func(args))
     except ConfigError as exc:
         print(f"shelldon: {exc}", file=sys.stderr)
         return 2
+    except StoreError as exc:  # the database cannot be used (the toolbox is read from it first)
+        print(f"shelldon: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

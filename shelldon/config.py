@@ -106,8 +106,20 @@ class Settings:
 
     @property
     def workspace(self) -> Path:
-        """Root of the tool jail and of the self-coded tool directories."""
+        """Root of the tool jail: what tools may read and (once approved) write."""
         return self.home / "workspace"
+
+    @property
+    def toolbox(self) -> Path:
+        """The self-coded tools (live, kept tests, quarantine, staging), outside the workspace:
+        written only by ``shelldon.core.selfcode``, never by a worker or a gate run."""
+        return self.home / "toolbox"
+
+    @property
+    def live_tools(self) -> Path:
+        """The live self-coded tools and their manifest: the one part of the toolbox a worker
+        may read (read-only)."""
+        return self.toolbox / "live"
 
     @property
     def vault(self) -> Path:

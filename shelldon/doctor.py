@@ -227,16 +227,24 @@ def _secret_file_mode_check(name: str, where: str) -> Check | None:
 
 def gate_check(settings: Settings) -> Check:
     """Gate a small built-in tool end to end (AST checks + sandboxed pytest), as a proposal
-    would be, in a scratch directory: proof that this install can gate the model's tools."""
+    would be, in a scratch toolbox: proof that this install can gate the model's tools."""
     import tempfile
     import time
 
+    from shelldon.core.history import Store
     from shelldon.core.selfcode import SelfCode, SelfCodeError
+    from shelldon.core.selfcoded_policy import selfcoded_refusal
     from shelldon.demo import WORD_COUNT_CODE, WORD_COUNT_TEST
 
+    off = selfcoded_refusal(settings.sandbox)
+    if off:
+        return Check("gate", False, f"not run: {off}", required=False)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="shelldon-doctor-") as scratch:
-        selfcode = SelfCode(Path(scratch), settings.limits, settings.sandbox)
+    with (
+        tempfile.TemporaryDirectory(prefix="shelldon-doctor-") as scratch,
+        Store(Path(scratch) / "doctor.db") as store,
+    ):
+        selfcode = SelfCode(Path(scratch) / "toolbox", store, settings.limits, settings.sandbox)
         try:
             staged = selfcode.stage("word_count", WORD_COUNT_CODE, WORD_COUNT_TEST)
         except (SelfCodeError, OSError) as exc:
@@ -251,6 +259,51 @@ def gate_check(settings: Settings) -> Check:
             f"in {took:.2f} s",
         )
     return Check("gate", False, "a sample tool failed: " + "; ".join(report.findings))
+
+
+def selfcoded_check(settings: Settings) -> Check:
+    """Whether self-coded tools can be used here: only under a filesystem layer."""
+    from shelldon.core.selfcoded_policy import selfcoded_refusal
+
+    off = selfcoded_refusal(settings.sandbox)
+    if off:
+        return Check("self-coded tools", False, off, required=False)
+    layer = sandbox.plan(settings.sandbox).fs
+    return Check("self-coded tools", True, f"on: gated and run under {layer}", required=False)
+
+
+def toolbox_check(settings: Settings) -> Check | None:
+    """The toolbox as the service will find it: an old one still in the workspace (moved at the
+    next start), or files that will not run because they are not what the owner approved."""
+    from shelldon.core.legacy_toolbox import UNAPPROVED_DIR, legacy_dirs
+
+    old = legacy_dirs(settings.workspace)
+    if old:
+        names = ", ".join(d.name for d in old)
+        return Check(
+            "toolbox",
+            False,
+            f"an old toolbox is in the workspace ({names}): the next start moves the tools "
+            f"whose code matches your approvals in the audit log into {settings.toolbox}, and "
+            f"the rest into {settings.workspace / UNAPPROVED_DIR} (never run)",
+            required=False,
+        )
+    if not (settings.toolbox.is_dir() and settings.database.is_file()):
+        return None
+    from shelldon.core.history import Store, StoreError
+    from shelldon.core.selfcode import SelfCode
+
+    try:
+        with Store(settings.database) as store:
+            tampered = SelfCode.from_settings(settings, store).tampered()
+    except (StoreError, OSError) as exc:
+        return Check("toolbox", False, f"cannot be checked: {exc}", required=False)
+    if tampered:
+        listed = ", ".join(f"{t.name} ({t.problem})" for t in tampered[:10])
+        return Check(
+            "toolbox", False, f"not run, not the code you approved: {listed}", required=False
+        )
+    return Check("toolbox", True, str(settings.toolbox), required=False)
 
 
 def gather_checks(
@@ -327,6 +380,10 @@ def gather_checks(
         # A layer is required only where [sandbox] mode = required demands it at start.
         checks.append(dataclasses.replace(check, required=sandbox.required_layer(settings, name)))
     checks.append(_rlimit_check(settings))
+    checks.append(selfcoded_check(settings))
+    toolbox = toolbox_check(settings)
+    if toolbox is not None:
+        checks.append(toolbox)
     if gate:
         checks.append(gate_check(settings))
     unit_text = unit.read_text(errors="replace") if unit.is_file() else None

@@ -1,8 +1,9 @@
 """The pet's home on disk: private by default.
 
 ``shelldon run``, ``chat`` and ``demo`` create what is missing of the home, its vault, its
-workspace and its log directory as 0700 (whatever the umask says), and the database is created
-0600 (``shelldon.core.history.Store``): conversations, facts and keys are the owner's alone.
+workspace, its toolbox and its log directory as 0700 (whatever the umask says), and the
+database is created 0600 (``shelldon.core.history.Store``): conversations, facts and keys are
+the owner's alone.
 Directories that already exist keep their mode; ``shelldon doctor`` warns about a secret file
 others can read.
 """
@@ -31,7 +32,8 @@ def make_private_dir(path: Path) -> Path:
 
 
 def prepare_home(settings: Settings) -> None:
-    """Create the home, vault, workspace and log directory that are missing, all private."""
+    """Create the home, vault, workspace, toolbox and log directory that are missing, all
+    private."""
     make_private_dir(settings.home)
-    for path in (settings.vault, settings.workspace, settings.home / "logs"):
+    for path in (settings.vault, settings.workspace, settings.toolbox, settings.home / "logs"):
         make_private_dir(path)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from shelldon.config import Settings, load_settings
+from shelldon.core.history import Store
+from shelldon.core.selfcode import SelfCode
 
 
 @pytest.fixture
@@ -22,6 +25,19 @@ def home(tmp_path: Path) -> Path:
 def settings(home: Path) -> Settings:
     """Default settings rooted at the test's home (no config file, no environment)."""
     return load_settings(environ={"SHELLDON_HOME": str(home)})
+
+
+@pytest.fixture
+def store(settings: Settings) -> Iterator[Store]:
+    """The home's store, closed after the test."""
+    with Store(settings.database) as opened:
+        yield opened
+
+
+@pytest.fixture
+def sc(settings: Settings, store: Store) -> SelfCode:
+    """The home's toolbox (``<home>/toolbox``), its approvals in ``store``."""
+    return SelfCode.from_settings(settings, store)
 
 
 # Loaded CI machines make wall-clock deadlines flaky; hypothesis still bounds examples.

@@ -1,5 +1,6 @@
 """The sqlite store: conversation, memory, parked approvals and promotions, tool health,
-schedule, budget, Telegram update dedup, the inbox of handed-off events, and the audit log.
+the approved self-coded tools, schedule, budget, Telegram update dedup, the inbox of handed-off
+events, and the audit log.
 
 One file under home, WAL mode, a busy timeout so several actor processes can share it, and a
 schema versioned with ``PRAGMA user_version`` and forward-only migrations. Writes that must
@@ -67,6 +68,18 @@ _MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE inbox ADD COLUMN turn_id TEXT;
     ALTER TABLE inbox ADD COLUMN done_at REAL;
     """,
+    # v3: what the owner approved is kept here, out of every worker's reach. A parked
+    # promotion holds the gated bytes themselves (promotion writes those, never a staged file
+    # a test could have linked); approved_tools holds the code hash of every self-coded tool
+    # the owner let in, and whether it is live or quarantined.
+    """
+    ALTER TABLE pending_promotions ADD COLUMN code BLOB NOT NULL DEFAULT x'';
+    ALTER TABLE pending_promotions ADD COLUMN test BLOB NOT NULL DEFAULT x'';
+    CREATE TABLE approved_tools (
+        name TEXT PRIMARY KEY, code_hash TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('live', 'quarantined')),
+        approved_at REAL NOT NULL, turn_id TEXT NOT NULL DEFAULT '');
+    """,
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -85,6 +98,10 @@ class Taken:
     chat_id: int = 0
     blob: bytes = b""
     summary: str = ""
+    # A promotion's parked bytes: the code the gate passed (and its test), hash-checked by
+    # whoever promotes them.
+    code: bytes = b""
+    test: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +142,19 @@ class ToolHealth:
     name: str
     strikes: int
     last_error: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovedTool:
+    """A self-coded tool the owner approved: the sha256 of its code, and where it is."""
+
+    name: str
+    code_hash: str
+    state: str  # "live" or "quarantined"
+    approved_at: float
+
+
+TOOL_STATES = ("live", "quarantined")
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,27 +340,60 @@ class Store:
         summary: str,
         now: float,
         ttl_s: float,
+        *,
+        code: bytes = b"",
+        test: bytes = b"",
     ) -> None:
-        """Park a gated tool until the owner decides whether to promote it."""
+        """Park a gated tool, with the bytes the gate passed, until the owner decides whether
+        to promote it."""
         with self._write(durable=True) as db:
             db.execute(
-                "INSERT INTO pending_promotions VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (turn_id, chat_id, name, code_hash, summary, now, now + ttl_s),
+                "INSERT INTO pending_promotions (turn_id, chat_id, name, code_hash, summary, "
+                "created_at, expires_at, code, test) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (turn_id, chat_id, name, code_hash, summary, now, now + ttl_s, code, test),
             )
 
     def take_promotion(self, turn_id: str, now: float) -> Taken:
-        """Consume a parked promotion exactly once; ``blob`` holds "name\\0code_hash"."""
+        """Consume a parked promotion exactly once; ``blob`` holds "name\\0code_hash", ``code``
+        and ``test`` the parked bytes (empty for a row parked before they were kept)."""
         with self._write(durable=True) as db:
             row = db.execute(
                 "DELETE FROM pending_promotions WHERE turn_id = ? "
-                "RETURNING chat_id, name, code_hash, summary, expires_at",
+                "RETURNING chat_id, name, code_hash, summary, expires_at, code, test",
                 (turn_id,),
             ).fetchone()
         if row is None:
             return Taken("unknown", turn_id)
         status = "ok" if now < row[4] else "expired"
         blob = f"{row[1]}\0{row[2]}".encode()
-        return Taken(status, turn_id, row[0], blob, row[3])
+        return Taken(status, turn_id, row[0], blob, row[3], bytes(row[5]), bytes(row[6]))
+
+    def parked_code(self, name: str) -> bytes:
+        """The code of the newest promotion of ``name`` waiting for the owner (b"" if none)."""
+        row = self._db.execute(
+            "SELECT code FROM pending_promotions WHERE name = ? ORDER BY created_at DESC LIMIT 1",
+            (name,),
+        ).fetchone()
+        return bytes(row[0]) if row else b""
+
+    def promotions_without_code(self) -> list[tuple[str, str, str]]:
+        """(turn_id, name, code_hash) of parked promotions whose bytes were not kept (parked
+        by a version that staged them in the workspace)."""
+        rows = self._db.execute(
+            "SELECT turn_id, name, code_hash FROM pending_promotions WHERE length(code) = 0"
+        ).fetchall()
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def keep_promotion_code(self, turn_id: str, code: bytes, test: bytes) -> bool:
+        """Attach the parked bytes to an older promotion row; only if they hash to the row's
+        ``code_hash`` is the caller's business (``shelldon.core.legacy_toolbox`` checks)."""
+        with self._write(durable=True) as db:
+            cur = db.execute(
+                "UPDATE pending_promotions SET code = ?, test = ? "
+                "WHERE turn_id = ? AND length(code) = 0",
+                (code, test, turn_id),
+            )
+            return cur.rowcount == 1
 
     def pending(self) -> list[Pending]:
         """Every parked approval and promotion, oldest first."""
@@ -524,6 +587,53 @@ class Store:
                 "WHERE turn_id IS NOT NULL AND done_at IS NULL"
             )
             return cur.rowcount
+
+    # ------------------------------------------------------------ approved self-coded tools
+
+    def approve_tool(self, name: str, code_hash: str, now: float, turn_id: str = "") -> None:
+        """Record that the owner approved ``code_hash`` as live tool ``name`` (a replacement
+        overwrites the old hash): the only way code becomes a live tool."""
+        with self._write(durable=True) as db:
+            db.execute(
+                "INSERT INTO approved_tools (name, code_hash, state, approved_at, turn_id) "
+                "VALUES (?, ?, 'live', ?, ?) ON CONFLICT (name) DO UPDATE SET "
+                "code_hash = excluded.code_hash, state = 'live', "
+                "approved_at = excluded.approved_at, turn_id = excluded.turn_id",
+                (name, code_hash, now, turn_id),
+            )
+
+    def set_tool_state(self, name: str, state: str) -> bool:
+        """Mark approved tool ``name`` live or quarantined (its approved hash is untouched);
+        False if no such tool was ever approved."""
+        if state not in TOOL_STATES:
+            raise ValueError(f"a tool state is one of {TOOL_STATES}, not {state!r}")
+        with self._write(durable=True) as db:
+            cur = db.execute("UPDATE approved_tools SET state = ? WHERE name = ?", (state, name))
+            return cur.rowcount == 1
+
+    def approved_tools(self) -> list[ApprovedTool]:
+        """Every approved self-coded tool, by name."""
+        rows = self._db.execute(
+            "SELECT name, code_hash, state, approved_at FROM approved_tools ORDER BY name"
+        ).fetchall()
+        return [ApprovedTool(r[0], r[1], r[2], r[3]) for r in rows]
+
+    def approved_tool(self, name: str) -> ApprovedTool | None:
+        """The approval of tool ``name``, or None."""
+        row = self._db.execute(
+            "SELECT name, code_hash, state, approved_at FROM approved_tools WHERE name = ?",
+            (name,),
+        ).fetchone()
+        return ApprovedTool(row[0], row[1], row[2], row[3]) if row else None
+
+    def promoted_hashes(self) -> dict[str, str]:
+        """From the audit log: the code hash of each tool's latest promotion by the owner (what
+        a toolbox kept in the workspace, before approvals were recorded, was approved as)."""
+        rows = self._db.execute(
+            "SELECT subject, code_hash FROM audit WHERE action = 'promoted' "
+            "AND actor = 'owner' AND code_hash != '' ORDER BY id"
+        ).fetchall()
+        return {r[0]: r[1] for r in rows}
 
     # ------------------------------------------------------------ audit
 

@@ -1,25 +1,32 @@
-"""The live-tools manifest: what each self-coded module declares, read by AST and never imported.
+"""The self-coded tool convention, read by AST, and the live manifest core writes from the
+owner's approvals.
 
 A tool module declares ``def run(**kwargs) -> str``, ``DESCRIPTION = "..."`` (a string literal)
 and ``PARAMS_SCHEMA = {...}`` (a dict literal that is a JSON-schema object). ``read_declaration``
-reads those from the source text; the gate uses it for its convention check, and core writes the
-result for every live module into ``<workspace>/tools/manifest.json`` at each promote,
-quarantine and restore, so a worker builds its self-coded tools from one small JSON file per turn
-instead of importing hundreds of modules.
+reads those from the source text; the gate uses it for its convention check.
 
-The manifest also lists live modules that no longer meet the convention (``broken``): those can
-only appear when a file was changed behind ``SelfCode``'s back, and discovery reports them as
-tool failures so the strike ledger can quarantine them.
+``write_manifest`` writes ``<toolbox>/live/manifest.json`` from the approved code hashes (the
+store's ``approved_tools``, passed in), never from what happens to be on disk: a live file
+becomes an entry only when its bytes hash to its approval. Workers read the manifest (the live
+directory is read-only to them under every filesystem layer) and build their self-coded tools
+from it, one small JSON file per turn instead of hundreds of modules. A file that does not match
+its approval (or is missing, a link, not a regular file) is listed as ``tampered``; an approved
+file that no longer meets the convention is ``broken`` (discovery reports those as tool failures
+so the strike ledger can quarantine them). A manifest that is missing or unreadable means no
+self-coded tools until core writes it again: nothing falls back to the files on disk.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import stat
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,11 +36,17 @@ import structlog
 log = structlog.get_logger(__name__)
 
 MANIFEST_NAME = "manifest.json"
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 2
+MAX_TOOL_BYTES = 64 * 1024
+"""The largest tool module or test the toolbox holds (the gate refuses bigger proposals)."""
 
 
 class ManifestError(ValueError):
-    """The manifest is missing or unreadable; discovery falls back to an AST listing."""
+    """The manifest is missing or unreadable: discovery offers no self-coded tool."""
+
+
+class ToolFileError(ValueError):
+    """A toolbox file that must not be read as code: a link, a special file, too big, gone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +79,13 @@ class BrokenModule:
 
 @dataclass(frozen=True, slots=True)
 class Manifest:
-    """Every live module: the usable ones (``entries``) and the ``broken`` ones."""
+    """Every approved live tool: the usable ones (``entries``), the ``broken`` ones (approved
+    bytes that break the convention) and the ``tampered`` ones (the file is not what the owner
+    approved, or is missing)."""
 
     entries: tuple[ManifestEntry, ...] = ()
     broken: tuple[BrokenModule, ...] = ()
+    tampered: tuple[BrokenModule, ...] = ()
 
 
 def code_hash(code: str | bytes) -> str:
@@ -217,26 +233,64 @@ def parse_module(source: str, filename: str) -> tuple[ast.Module | None, str]:
         return None, f"{filename}: cannot be parsed: {exc}"
 
 
-def describe_file(path: Path) -> ManifestEntry | BrokenModule:
-    """Read one module's declaration from disk (AST only): a manifest entry or why not."""
+def read_tool_bytes(path: Path, limit: int = MAX_TOOL_BYTES) -> bytes:
+    """The bytes of the toolbox file ``path``, refusing a symlink (``O_NOFOLLOW``), a hard link
+    (a second name someone else may write through), a FIFO or device (opened non-blocking, so
+    one cannot hang the reader) and anything over ``limit`` bytes: ``ToolFileError`` says why."""
     try:
-        data = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ToolFileError(f"{path.name} is missing") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ToolFileError(f"{path.name} is a symbolic link") from None
+        raise ToolFileError(f"{path.name} cannot be read: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ToolFileError(f"{path.name} is not a regular file")
+        if st.st_nlink != 1:
+            raise ToolFileError(f"{path.name} has {st.st_nlink} names (a hard link)")
+        if st.st_size > limit:
+            raise ToolFileError(f"{path.name} is {st.st_size} bytes, over {limit}")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, limit + 1 - size):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise ToolFileError(f"{path.name} grew over {limit} bytes while being read")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def describe_source(name: str, file: str, data: bytes) -> ManifestEntry | BrokenModule:
+    """Read one module's declaration from its bytes (AST only): a manifest entry or why not."""
+    try:
         source = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        return BrokenModule(path.stem, path.name, f"cannot read: {exc}")
-    tree, error = parse_module(source, path.name)
+    except UnicodeDecodeError as exc:
+        return BrokenModule(name, file, f"not UTF-8: {exc}")
+    tree, error = parse_module(source, file)
     if tree is None:
-        return BrokenModule(path.stem, path.name, error)
+        return BrokenModule(name, file, error)
     decl, problems = read_declaration(tree)
     if decl is None:
-        return BrokenModule(path.stem, path.name, "; ".join(problems))
-    return ManifestEntry(
-        path.stem, decl.description, decl.params_schema, path.name, code_hash(data)
-    )
+        return BrokenModule(name, file, "; ".join(problems))
+    return ManifestEntry(name, decl.description, decl.params_schema, file, code_hash(data))
+
+
+def describe_file(path: Path) -> ManifestEntry | BrokenModule:
+    """Read one module's declaration from disk (safely, AST only): an entry or why not."""
+    try:
+        data = read_tool_bytes(path)
+    except ToolFileError as exc:
+        return BrokenModule(path.stem, path.name, f"cannot read: {exc}")
+    return describe_source(path.stem, path.name, data)
 
 
 def module_files(tools_dir: Path) -> list[Path]:
-    """The candidate tool modules in ``tools_dir``: ``<identifier>.py`` files, sorted."""
+    """The candidate tool modules in ``tools_dir``: ``<identifier>.py`` names, sorted."""
     try:
         names = os.listdir(tools_dir)
     except FileNotFoundError:
@@ -248,25 +302,33 @@ def module_files(tools_dir: Path) -> list[Path]:
     ]
 
 
-def scan_tools(tools_dir: Path, previous: Manifest | None = None) -> Manifest:
-    """Describe every module in ``tools_dir``; entries of ``previous`` whose hash still matches
-    are reused, so a rewrite after one promotion parses only what changed."""
+def build_manifest(
+    live_dir: Path, approved: Mapping[str, str], previous: Manifest | None = None
+) -> Manifest:
+    """The manifest of ``approved`` (live tool name -> approved code hash): each tool whose file
+    in ``live_dir`` holds exactly the approved bytes is described; any other is ``tampered``.
+    Entries of ``previous`` with the same file and hash are reused (a promotion with hundreds
+    of live tools parses only what changed)."""
     known = {(e.file, e.code_hash): e for e in previous.entries} if previous else {}
     entries: list[ManifestEntry] = []
     broken: list[BrokenModule] = []
-    for path in module_files(tools_dir):
+    tampered: list[BrokenModule] = []
+    for name in sorted(approved):
+        file, wanted = f"{name}.py", approved[name]
         try:
-            digest = code_hash(path.read_bytes())
-        except OSError as exc:
-            broken.append(BrokenModule(path.stem, path.name, f"cannot read: {exc}"))
+            data = read_tool_bytes(live_dir / file)
+        except ToolFileError as exc:
+            tampered.append(BrokenModule(name, file, str(exc)))
             continue
-        cached = known.get((path.name, digest))
-        described = cached if cached is not None else describe_file(path)
+        if code_hash(data) != wanted:
+            tampered.append(BrokenModule(name, file, f"{file} is not the code the owner approved"))
+            continue
+        described = known.get((file, wanted)) or describe_source(name, file, data)
         if isinstance(described, ManifestEntry):
             entries.append(described)
         else:
             broken.append(described)
-    return Manifest(tuple(entries), tuple(broken))
+    return Manifest(tuple(entries), tuple(broken), tuple(tampered))
 
 
 def _to_json(manifest: Manifest) -> dict[str, Any]:
@@ -283,15 +345,16 @@ def _to_json(manifest: Manifest) -> dict[str, Any]:
             for e in manifest.entries
         ],
         "broken": [{"name": b.name, "file": b.file, "error": b.error} for b in manifest.broken],
+        "tampered": [{"name": b.name, "file": b.file, "error": b.error} for b in manifest.tampered],
     }
 
 
 def _from_json(data: Any) -> Manifest:
     if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
         raise ManifestError(f"manifest is not format {MANIFEST_FORMAT}")
-    tools, broken = data.get("tools"), data.get("broken")
-    if not isinstance(tools, list) or not isinstance(broken, list):
-        raise ManifestError("manifest lacks its tools/broken lists")
+    tools, broken, tampered = data.get("tools"), data.get("broken"), data.get("tampered")
+    if not (isinstance(tools, list) and isinstance(broken, list) and isinstance(tampered, list)):
+        raise ManifestError("manifest lacks its tools/broken/tampered lists")
     entries: list[ManifestEntry] = []
     # Runs in every worker each turn: plain loops and type checks, no helper calls per field.
     for item in tools:
@@ -309,16 +372,20 @@ def _from_json(data: Any) -> Manifest:
         ):
             raise ManifestError(f"manifest tool entry has wrong types: {item!r:.80}")
         entries.append(ManifestEntry(name, desc, schema, file, digest))
-    bad: list[BrokenModule] = []
-    for item in broken:
+    return Manifest(tuple(entries), _modules(broken, "broken"), _modules(tampered, "tampered"))
+
+
+def _modules(items: list[Any], what: str) -> tuple[BrokenModule, ...]:
+    found: list[BrokenModule] = []
+    for item in items:
         try:
             fields = (item["name"], item["file"], item["error"])
         except (TypeError, KeyError):
-            raise ManifestError(f"manifest broken entry is malformed: {item!r:.80}") from None
+            raise ManifestError(f"manifest {what} entry is malformed: {item!r:.80}") from None
         if not all(type(f) is str for f in fields):
-            raise ManifestError(f"manifest broken entry has wrong types: {item!r:.80}")
-        bad.append(BrokenModule(*fields))
-    return Manifest(tuple(entries), tuple(bad))
+            raise ManifestError(f"manifest {what} entry has wrong types: {item!r:.80}")
+        found.append(BrokenModule(*fields))
+    return tuple(found)
 
 
 def read_manifest(tools_dir: Path) -> Manifest:
@@ -368,14 +435,22 @@ def fsync_dir(directory: Path) -> None:
         os.close(dfd)
 
 
-def rewrite_manifest(tools_dir: Path) -> Manifest:
-    """Rescan ``tools_dir`` and atomically replace its manifest; returns what was written."""
+def write_manifest(live_dir: Path, approved: Mapping[str, str]) -> Manifest:
+    """Describe ``approved`` (see ``build_manifest``) and atomically replace the manifest in
+    ``live_dir``; returns what was written. Only ``shelldon.core.selfcode`` calls this."""
     try:
-        previous: Manifest | None = read_manifest(tools_dir)
+        previous: Manifest | None = read_manifest(live_dir)
     except ManifestError:
         previous = None
-    manifest = scan_tools(tools_dir, previous)
+    manifest = build_manifest(live_dir, approved, previous)
     payload = json.dumps(_to_json(manifest), ensure_ascii=False, separators=(",", ":"))
-    write_atomic(tools_dir / MANIFEST_NAME, payload.encode("utf-8"))
-    log.info("manifest_written", tools=len(manifest.entries), broken=len(manifest.broken))
+    write_atomic(live_dir / MANIFEST_NAME, payload.encode("utf-8"))
+    log.info(
+        "manifest_written",
+        tools=len(manifest.entries),
+        broken=len(manifest.broken),
+        tampered=len(manifest.tampered),
+    )
+    for bad in manifest.tampered:
+        log.warning("selfcoded_module_tampered", tool=bad.name, error=bad.error)
     return manifest

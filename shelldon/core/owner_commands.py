@@ -29,7 +29,8 @@ def _age(seconds: float) -> str:
 
 
 def tools_text(store: Store, selfcode: SelfCode) -> str:
-    """/tools: live, staged and quarantined self-coded tools, with strikes."""
+    """/tools: live, staged and quarantined self-coded tools, with strikes; files that will not
+    run because they are not what the owner approved; and why self-coded tools are off, if so."""
     strikes = {h.name: h for h in store.tool_health()}
     lines = [
         "Built-in: get_time, read_file, list_dir, python_eval (free); "
@@ -40,8 +41,18 @@ def tools_text(store: Store, selfcode: SelfCode) -> str:
         h = strikes.get(name)
         return f"{name} ({h.strikes} strike{'s' if h.strikes != 1 else ''})" if h else name
 
-    live = selfcode.live()
+    off = selfcode.off_reason()
+    if off:
+        lines.append(f"⚠️ {off[0].upper()}{off[1:]}.")
+    tampered = selfcode.tampered()
+    bad = {t.name for t in tampered if t.state == "live"}
+    live = tuple(n for n in selfcode.live() if n not in bad)
     lines.append("Self-coded, live: " + (", ".join(map(with_strikes, live)) or "none yet"))
+    if tampered:
+        lines.append(
+            "Never run, not the code you approved (propose again to change a tool): "
+            + ", ".join(f"{t.name} ({t.problem})" for t in tampered)
+        )
     staged = selfcode.staged()
     if staged:
         lines.append("Waiting for your approval: " + ", ".join(staged))

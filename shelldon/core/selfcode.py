@@ -1,15 +1,26 @@
 """Self-coded tools on disk: stage, gate, promote, discard, quarantine, restore.
 
-``SelfCode`` is the sole writer of three workspace directories::
+``SelfCode`` is the sole writer of the toolbox, ``<home>/toolbox/``, which lies outside the
+workspace and is out of every worker's and gate run's reach under both filesystem layers::
 
-    <workspace>/tools/             live: <stem>.py + manifest.json, discovered FREE by workers
-    <workspace>/tools-staging/     <stem>.py + test_<stem>.py awaiting the gate and the owner
-    <workspace>/tools-quarantine/  <stem>.py (+ <stem>.reason) pulled after repeated failures
-    <workspace>/tools-tests/       test_<stem>.py kept at promotion, so an export can carry it
+    live/         <stem>.py + manifest.json: the one part a worker sees, read-only
+    tests/        test_<stem>.py kept at promotion, so an export can carry it
+    quarantine/   <stem>.py (+ <stem>.reason) pulled after repeated failures
+    staging/      <stem>-<random>/: one new directory per gate run (the pair, the gate's tmp),
+                  the only place that run may write; removed when the gate is done
 
-Every move is one ``os.replace`` inside the workspace; every file is written to a temp file,
-fsynced and renamed, and the manifest is rewritten the same way after each change to ``tools/``,
-so a worker sees the old toolbox or the new one, never half of one.
+What the owner approved is kept in the store, not on disk: a passing gate parks the exact bytes
+it judged with the promotion (``Staged.code``/``Staged.test``), and ``promote`` writes those
+bytes to a new file, after checking their hash against the one the owner was shown, and records
+that hash in ``approved_tools``. Nothing a gate run wrote is ever renamed into place, so a test
+that hard-linked or rewrote files in its staging directory changes nothing that runs later. The
+manifest is rewritten from ``approved_tools`` after every change: a file whose bytes do not hash
+to its approval is never listed as a tool. Quarantine and restore move a file without approving
+it again; restore refuses a quarantined file that is not the approved code.
+
+Every file is written to a temp file, fsynced and renamed, so a worker sees the old toolbox or
+the new one, never half of one. Where no filesystem layer is in force, nothing is staged or
+gated (``shelldon.core.selfcoded_policy``).
 
 Names. A proposed name becomes a module stem: NFKC-normalised, a trailing ``.py`` dropped, then
 it must be an ASCII identifier of at most 64 characters (Anthropic and OpenAI accept no more,
@@ -35,6 +46,7 @@ import keyword
 import os
 import shutil
 import sys
+import tempfile
 import time
 import unicodedata
 from dataclasses import dataclass
@@ -42,15 +54,22 @@ from pathlib import Path
 
 import structlog
 
-from shelldon.config import LimitsSettings, SandboxSettings
+from shelldon.config import LimitsSettings, SandboxSettings, Settings
 from shelldon.core.gate import GateLimits, GateReport, GateRun, start_gate
+from shelldon.core.history import ApprovedTool, Store
 from shelldon.core.manifest import (
+    MAX_TOOL_BYTES,
+    Manifest,
+    ToolFileError,
     code_hash,
     fsync_dir,
     module_files,
-    rewrite_manifest,
+    read_tool_bytes,
     write_atomic,
+    write_manifest,
 )
+from shelldon.core.selfcoded_policy import selfcoded_refusal
+from shelldon.home import make_private_dir
 
 log = structlog.get_logger(__name__)
 
@@ -62,10 +81,11 @@ __all__ = [
     "SelfCodeError",
     "Staged",
     "StemError",
+    "Tampered",
     "normalize_stem",
 ]
 
-MAX_SOURCE_BYTES = 64 * 1024
+MAX_SOURCE_BYTES = MAX_TOOL_BYTES
 MAX_STEM_CHARS = 64
 
 # Top-level modules a gate's pytest imports; a staged module of that name would shadow them.
@@ -99,7 +119,8 @@ class StemError(SelfCodeError):
 
 @dataclass(frozen=True, slots=True)
 class Staged:
-    """A staged tool: its stem, the name the model asked for, both files and the code's hash."""
+    """A staged tool: its stem, the name the model asked for, its own staging directory with
+    both files, the bytes written there (what a passing gate parks) and the code's hash."""
 
     name: str
     requested: str
@@ -107,6 +128,22 @@ class Staged:
     test_path: Path
     code_hash: str
     replaces: bool = False
+    code: bytes = b""
+    test: bytes = b""
+
+    @property
+    def directory(self) -> Path:
+        """This gate run's staging directory (the only place it may write)."""
+        return self.tool_path.parent
+
+
+@dataclass(frozen=True, slots=True)
+class Tampered:
+    """A file in the toolbox that will not run: why, in words the owner can act on."""
+
+    name: str
+    state: str  # "live", "quarantined", or "unapproved" (a file nobody approved)
+    problem: str
 
 
 def normalize_stem(name: str) -> str:
@@ -151,43 +188,94 @@ def normalize_stem(name: str) -> str:
     return stem
 
 
-def _stems(directory: Path) -> tuple[str, ...]:
-    return tuple(p.stem for p in module_files(directory))
-
-
 class SelfCode:
-    """The workspace's self-coded tool directories and every change made to them."""
+    """The toolbox on disk, its approvals in the store, and every change made to either."""
 
     def __init__(
         self,
-        workspace: Path,
+        toolbox: Path,
+        store: Store,
         limits: LimitsSettings | None = None,
         sandbox: SandboxSettings | None = None,
     ) -> None:
-        self.workspace = workspace
+        self.toolbox = toolbox
+        self.store = store
+        self.sandbox = sandbox or SandboxSettings()
         self.gate_limits = GateLimits.from_settings(limits or LimitsSettings(), sandbox)
-        self.live_dir = workspace / "tools"
-        self.staging_dir = workspace / "tools-staging"
-        self.quarantine_dir = workspace / "tools-quarantine"
-        self.tests_dir = workspace / "tools-tests"
-        for directory in (self.live_dir, self.staging_dir, self.quarantine_dir, self.tests_dir):
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.live_dir = toolbox / "live"
+        self.tests_dir = toolbox / "tests"
+        self.quarantine_dir = toolbox / "quarantine"
+        self.staging_dir = toolbox / "staging"
+        for directory in (
+            toolbox,
+            self.live_dir,
+            self.tests_dir,
+            self.quarantine_dir,
+            self.staging_dir,
+        ):
+            make_private_dir(directory)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, store: Store) -> SelfCode:
+        """The toolbox of ``settings``' home, gated as its ``[sandbox]`` says."""
+        return cls(settings.toolbox, store, settings.limits, settings.sandbox)
 
     # listing
 
+    def off_reason(self) -> str:
+        """Why self-coded tools are off on this machine ("" when they are on)."""
+        return selfcoded_refusal(self.sandbox)
+
+    def _approved(self, state: str) -> tuple[ApprovedTool, ...]:
+        return tuple(t for t in self.store.approved_tools() if t.state == state)
+
     def live(self) -> tuple[str, ...]:
-        """Stems of the live tools."""
-        return _stems(self.live_dir)
+        """Names of the live tools (approved and not quarantined; see ``tampered``)."""
+        return tuple(t.name for t in self._approved("live"))
 
     def staged(self) -> tuple[str, ...]:
-        """Stems of staged tools (a module with its test beside it)."""
-        return tuple(
-            s for s in _stems(self.staging_dir) if (self.staging_dir / f"test_{s}.py").exists()
-        )
+        """Names of gated tools waiting for the owner's decision."""
+        return tuple(sorted(self.store.promotion_names()))
 
     def quarantined(self) -> tuple[str, ...]:
-        """Stems of quarantined tools."""
-        return _stems(self.quarantine_dir)
+        """Names of quarantined tools."""
+        return tuple(t.name for t in self._approved("quarantined"))
+
+    def approved_hash(self, name: str) -> str:
+        """The code hash the owner approved for tool ``name`` ("" if none)."""
+        tool = self.store.approved_tool(normalize_stem(name))
+        return tool.code_hash if tool else ""
+
+    def tool_path(self, name: str) -> Path | None:
+        """Where approved tool ``name``'s file belongs (live or quarantine); None if unknown."""
+        tool = self.store.approved_tool(normalize_stem(name))
+        if tool is None:
+            return None
+        directory = self.live_dir if tool.state == "live" else self.quarantine_dir
+        return directory / f"{tool.name}.py"
+
+    def tampered(self) -> tuple[Tampered, ...]:
+        """Every toolbox file that will not run as approved: an approved tool whose file is
+        missing, a link or other bytes, and a module in ``live/`` nobody approved."""
+        found: list[Tampered] = []
+        approved = {t.name: t for t in self.store.approved_tools()}
+        for tool in approved.values():
+            path = self.tool_path(tool.name)
+            assert path is not None
+            try:
+                data = read_tool_bytes(path)
+            except ToolFileError as exc:
+                found.append(Tampered(tool.name, tool.state, str(exc)))
+                continue
+            if code_hash(data) != tool.code_hash:
+                found.append(
+                    Tampered(tool.name, tool.state, "its code is not what the owner approved")
+                )
+        for path in module_files(self.live_dir):
+            known = approved.get(path.stem)
+            if known is None or known.state != "live":
+                found.append(Tampered(path.stem, "unapproved", f"{path.name} was never approved"))
+        return tuple(sorted(found, key=lambda t: t.name))
 
     def kept_test(self, name: str) -> Path | None:
         """The test tool ``name`` was promoted with, kept for export; None if there is none."""
@@ -198,14 +286,18 @@ class SelfCode:
         """Why tool ``name`` was quarantined ("" if unknown)."""
         path = self.quarantine_dir / f"{normalize_stem(name)}.reason"
         try:
-            return path.read_text(encoding="utf-8")
-        except OSError:
+            return read_tool_bytes(path).decode("utf-8", "replace")
+        except ToolFileError:
             return ""
 
     # stage and gate
 
     def stage(self, name: str, code: str, test: str, *, replace: bool = False) -> Staged:
-        """Write ``<stem>.py`` and ``test_<stem>.py`` to staging, clearing a stale pair first."""
+        """Write ``<stem>.py`` and ``test_<stem>.py`` into a new staging directory of their own.
+        Refused where no filesystem layer would confine the gate's run of the test."""
+        off = self.off_reason()
+        if off:
+            raise SelfCodeError(off)
         stem = normalize_stem(name)
         data = {"code": _encode(code, "code"), "test": _encode(test, "test")}
         for what, blob in data.items():
@@ -214,77 +306,95 @@ class SelfCode:
                     f"the tool's {what} is {len(blob)} bytes; the limit is {MAX_SOURCE_BYTES} "
                     "(64 KB): make it smaller"
                 )
-        taken = [
-            d.name for d in (self.live_dir, self.quarantine_dir) if (d / f"{stem}.py").exists()
-        ]
-        if taken and not replace:
+        known = self.store.approved_tool(stem)
+        if known is not None and not replace:
+            where = "live" if known.state == "live" else "quarantine"
             raise SelfCodeError(
-                f"a tool named {stem!r} already exists (in {', '.join(taken)}); pick another "
+                f"a tool named {stem!r} already exists (in {where}); pick another "
                 "name, or propose it explicitly as a replacement"
             )
         self._sweep_stale_gate_dirs()
-        self.discard(stem)
-        tool_path = self.staging_dir / f"{stem}.py"
-        test_path = self.staging_dir / f"test_{stem}.py"
-        write_atomic(test_path, data["test"])
-        write_atomic(tool_path, data["code"])
-        staged = Staged(stem, name, tool_path, test_path, code_hash(data["code"]), replace)
-        log.info("tool_staged", tool=stem, code_hash=staged.code_hash, replaces=replace)
+        directory = Path(tempfile.mkdtemp(prefix=f"{stem}-", dir=self.staging_dir))
+        tool_path = directory / f"{stem}.py"
+        test_path = directory / f"test_{stem}.py"
+        _write_new(test_path, data["test"])
+        _write_new(tool_path, data["code"])
+        digest = code_hash(data["code"])
+        staged = Staged(
+            stem, name, tool_path, test_path, digest, replace, data["code"], data["test"]
+        )
+        log.info("tool_staged", tool=stem, code_hash=digest, replaces=replace)
         return staged
 
     def start_gate(self, staged: Staged) -> GateRun:
-        """Start the gate without waiting (see ``GateRun``); a failed gate discards the pair."""
+        """Start the gate without waiting (see ``GateRun``); its staging directory is removed
+        once the gate is done, passed or not (a passing tool's bytes are in ``staged``)."""
 
-        def discard_failed(report: GateReport) -> None:
-            # Only the pair this gate judged: a newer proposal staged meanwhile is left alone.
-            if not report.passed and self._staged_hash(staged.name) == report.code_hash:
-                self.discard(staged.name)
+        def drop_directory(_report: GateReport) -> None:
+            shutil.rmtree(staged.directory, ignore_errors=True)
 
-        return start_gate(self.staging_dir, staged.name, self.gate_limits, discard_failed)
+        return start_gate(staged.directory, staged.name, self.gate_limits, drop_directory)
 
     def run_gate(self, staged: Staged) -> GateReport:
-        """Gate the staged tool and wait for the verdict; a failed gate discards the pair."""
+        """Gate the staged tool and wait for the verdict."""
         return self.start_gate(staged).wait()
 
     # owner decisions
 
-    def promote(self, name: str, *, replace: bool = False, expected_hash: str = "") -> Path:
-        """Move the staged module live, keep its test in ``tools-tests/``, rewrite the manifest;
-        returns the live path. ``expected_hash`` (the approved code's sha256), when given, must
-        still match."""
+    def promote(
+        self,
+        name: str,
+        code: str | bytes,
+        test: str | bytes = b"",
+        *,
+        expected_hash: str,
+        replace: bool = False,
+        turn_id: str = "",
+    ) -> Path:
+        """Make ``code`` (the parked bytes the gate passed) live tool ``name``: checked against
+        ``expected_hash`` (what the owner was shown), recorded as approved, written to a new
+        file; ``test`` is kept beside it for export. Returns the live path."""
         stem = normalize_stem(name)
-        staged = self.staging_dir / f"{stem}.py"
-        try:
-            digest = code_hash(staged.read_bytes())
-        except FileNotFoundError:
-            raise SelfCodeError(f"no staged tool named {stem!r} to promote") from None
-        if expected_hash and digest != expected_hash:
+        data = code if isinstance(code, bytes) else _encode(code, "code")
+        test_data = test if isinstance(test, bytes) else _encode(test, "test")
+        if not data:
             raise SelfCodeError(
-                f"the staged {stem!r} is not the code that was approved (hash changed); "
+                f"the code of {stem!r} was not kept with its approval request (it was parked "
+                "by an older version); propose it again"
+            )
+        if code_hash(data) != expected_hash:
+            raise SelfCodeError(
+                f"the code of {stem!r} is not the code that was approved (hash changed); "
                 "propose it again"
             )
-        live = self.live_dir / f"{stem}.py"
-        quarantined = self.quarantine_dir / f"{stem}.py"
-        if not replace and (live.exists() or quarantined.exists()):
+        if len(data) > MAX_SOURCE_BYTES or len(test_data) > MAX_SOURCE_BYTES:
+            raise SelfCodeError(f"the code or test of {stem!r} is over 64 KB")
+        if self.store.approved_tool(stem) is not None and not replace:
             raise SelfCodeError(f"a tool named {stem!r} already exists; promote as a replacement")
-        os.replace(staged, live)
-        self._keep_test(stem)
-        if replace:
-            self._drop_quarantined(stem)
-        fsync_dir(self.staging_dir)
-        fsync_dir(self.live_dir)
-        rewrite_manifest(self.live_dir)
-        log.info("tool_promoted", tool=stem, code_hash=digest, replaced=replace)
+        kept = self.tests_dir / f"test_{stem}.py"
+        if test_data:
+            write_atomic(kept, test_data)
+        else:
+            # No test: an older version's test must not travel with this code.
+            with contextlib.suppress(FileNotFoundError):
+                kept.unlink()
+            fsync_dir(self.tests_dir)
+        self.store.approve_tool(stem, expected_hash, time.time(), turn_id)
+        live = self.live_dir / f"{stem}.py"
+        write_atomic(live, data)  # a new inode holding exactly the approved bytes
+        self._drop_quarantined(stem)
+        self.write_manifest()
+        log.info("tool_promoted", tool=stem, code_hash=expected_hash, replaced=replace)
         return live
 
     def discard(self, name: str) -> bool:
-        """Delete the staged pair for ``name``; True if anything was there."""
+        """Remove what is left of ``name``'s gate runs in staging; True if anything was there.
+        (A parked promotion's bytes live in the store and go when it is taken.)"""
         stem = normalize_stem(name)
         removed = False
-        for path in (self.staging_dir / f"{stem}.py", self.staging_dir / f"test_{stem}.py"):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-                removed = True
+        for entry in self.staging_dir.glob(f"{stem}-*"):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed = True
         if removed:
             log.info("tool_discarded", tool=stem)
         return removed
@@ -292,79 +402,116 @@ class SelfCode:
     # strikes
 
     def quarantine(self, name: str, reason: str) -> Path:
-        """Move live tool ``name`` out of discovery's reach, noting why; rewrites the manifest."""
+        """Move live tool ``name`` out of discovery's reach, noting why; its approval (and its
+        file's content) stay as they are."""
         stem = normalize_stem(name)
+        known = self.store.approved_tool(stem)
+        if known is None or known.state != "live":
+            raise SelfCodeError(f"no live tool named {stem!r} to quarantine")
         live = self.live_dir / f"{stem}.py"
         target = self.quarantine_dir / f"{stem}.py"
-        if not live.exists():
-            raise SelfCodeError(f"no live tool named {stem!r} to quarantine")
         write_atomic(self.quarantine_dir / f"{stem}.reason", reason.encode("utf-8", "replace"))
-        os.replace(live, target)
+        self.store.set_tool_state(stem, "quarantined")
+        try:
+            os.replace(live, target)
+        except FileNotFoundError:
+            log.warning("quarantined_tool_missing", tool=stem)
         fsync_dir(self.quarantine_dir)
         fsync_dir(self.live_dir)
-        rewrite_manifest(self.live_dir)
+        self.write_manifest()
         log.warning("tool_quarantined", tool=stem, reason=reason[:200])
         return target
 
     def restore(self, name: str) -> Path:
-        """Move quarantined tool ``name`` back live (the caller resets its strikes)."""
+        """Move quarantined tool ``name`` back live (the caller resets its strikes); refused
+        when the quarantined file is not the code the owner approved."""
         stem = normalize_stem(name)
+        known = self.store.approved_tool(stem)
         source = self.quarantine_dir / f"{stem}.py"
         live = self.live_dir / f"{stem}.py"
-        if not source.exists():
+        if known is None or known.state != "quarantined":
             raise SelfCodeError(f"no quarantined tool named {stem!r} to restore")
-        if live.exists():
+        if os.path.lexists(live):
             raise SelfCodeError(f"a live tool named {stem!r} already exists; it cannot be restored")
+        try:
+            data = read_tool_bytes(source)
+        except ToolFileError as exc:
+            raise SelfCodeError(f"{stem!r} cannot be restored: {exc}") from None
+        if code_hash(data) != known.code_hash:
+            raise SelfCodeError(
+                f"the quarantined {stem!r} is not the code the owner approved (it was changed "
+                "on disk); it stays quarantined: propose it again"
+            )
         os.replace(source, live)
         with contextlib.suppress(FileNotFoundError):
             (self.quarantine_dir / f"{stem}.reason").unlink()
+        self.store.set_tool_state(stem, "live")
         fsync_dir(self.quarantine_dir)
         fsync_dir(self.live_dir)
-        rewrite_manifest(self.live_dir)
+        self.write_manifest()
         log.info("tool_restored", tool=stem)
         return live
 
+    # the manifest and start-up
+
+    def write_manifest(self) -> Manifest:
+        """Rewrite the live manifest from the approvals in the store (never from the files)."""
+        approved = {t.name: t.code_hash for t in self._approved("live")}
+        return write_manifest(self.live_dir, approved)
+
+    def reconcile(self) -> tuple[Tampered, ...]:
+        """At start-up: the manifest rewritten from the store (whatever was done to it while
+        the service was down), every gate run's leftovers removed, and each toolbox file that
+        will not run logged (returned), as is why self-coded tools are off, if they are."""
+        off = self.off_reason()
+        if off:
+            log.warning("selfcoded_tools_off", why=off)
+        self.sweep_staging()
+        self.write_manifest()
+        found = self.tampered()
+        for bad in found:
+            log.warning("toolbox_file_refused", tool=bad.name, state=bad.state, problem=bad.problem)
+        return found
+
+    def sweep_staging(self) -> tuple[str, ...]:
+        """Remove every gate run's staging directory (what a crash mid-gate leaves behind);
+        parked promotions keep their bytes in the store, so none is needed after a gate."""
+        removed = []
+        for entry in sorted(self.staging_dir.iterdir()):
+            removed.append(entry.name)
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+        if removed:
+            log.info("staging_swept", entries=len(removed))
+        return tuple(removed)
+
     # internals
-
-    def _staged_hash(self, stem: str) -> str:
-        try:
-            return code_hash((self.staging_dir / f"{stem}.py").read_bytes())
-        except OSError:
-            return ""
-
-    def _keep_test(self, stem: str) -> None:
-        kept = self.tests_dir / f"test_{stem}.py"
-        try:
-            os.replace(self.staging_dir / f"test_{stem}.py", kept)
-        except FileNotFoundError:
-            # No staged test: an older version's test must not travel with this code.
-            with contextlib.suppress(FileNotFoundError):
-                kept.unlink()
-        fsync_dir(self.tests_dir)
 
     def _drop_quarantined(self, stem: str) -> None:
         for path in (self.quarantine_dir / f"{stem}.py", self.quarantine_dir / f"{stem}.reason"):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 
-    def sweep_staging(self, keep: set[str]) -> tuple[str, ...]:
-        """At start-up: remove every staged pair not in ``keep`` (the names of pending
-        promotions) and every private gate dir — what a crash mid-gate leaves behind."""
-        stems = {p.stem.removeprefix("test_") for p in self.staging_dir.glob("*.py")}
-        removed = tuple(sorted(s for s in stems - keep if self.discard(s)))
-        for entry in self.staging_dir.glob(".gate-*"):
-            shutil.rmtree(entry, ignore_errors=True)
-        if removed:
-            log.info("staging_swept", tools=removed)
-        return removed
-
     def _sweep_stale_gate_dirs(self) -> None:
-        """Remove private gate dirs left by a crash (older than two gate timeouts)."""
+        """Remove gate dirs left by a crash (older than two gate timeouts)."""
         cutoff = time.time() - 2 * self.gate_limits.timeout_s
-        for entry in self.staging_dir.glob(".gate-*"):
+        for entry in self.staging_dir.iterdir():
             with contextlib.suppress(OSError):
-                if entry.stat().st_mtime < cutoff:
-                    shutil.rmtree(entry, ignore_errors=True)
+                if entry.lstat().st_mtime < cutoff:
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.rmtree(entry, ignore_errors=True)
+                    else:
+                        entry.unlink()
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Create ``path`` (it must not exist) holding ``data``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
 
 
 def _encode(text: str, what: str) -> bytes:

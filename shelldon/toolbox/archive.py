@@ -29,7 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shelldon.core.manifest import code_hash, parse_module, read_declaration, scan_tools
+from shelldon.core.manifest import (
+    ToolFileError,
+    build_manifest,
+    code_hash,
+    parse_module,
+    read_declaration,
+    read_tool_bytes,
+)
 from shelldon.core.selfcode import MAX_SOURCE_BYTES, SelfCode, StemError, normalize_stem
 
 ARCHIVE_FORMAT = 1
@@ -69,12 +76,14 @@ class ArchivedTool:
 
 @dataclass(frozen=True, slots=True)
 class ExportReport:
-    """What an export wrote: the tools, those without a kept test, and broken ones left out."""
+    """What an export wrote: the tools, those without a kept test, and the broken and tampered
+    ones (not the code the owner approved) left out."""
 
     path: Path
     exported: tuple[str, ...]
     without_test: tuple[str, ...] = ()
     skipped_broken: tuple[str, ...] = field(default=())
+    skipped_tampered: tuple[str, ...] = field(default=())
 
 
 # ------------------------------------------------------------------ export
@@ -89,24 +98,33 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
 
 
 def export_toolbox(selfcode: SelfCode, path: Path, *, overwrite: bool = False) -> ExportReport:
-    """Write every live tool (with its kept test) to the archive ``path``, atomically."""
+    """Write every live tool (with its kept test) to the archive ``path``, atomically: only
+    approved tools whose file holds exactly the approved bytes."""
     if path.exists() and not overwrite:
         raise ArchiveError(f"{path} already exists; choose another file or pass --force")
     if path.is_dir():
         raise ArchiveError(f"{path} is a directory; give a file name like toolbox.tar.gz")
-    manifest = scan_tools(selfcode.live_dir)
+    approved = {name: selfcode.approved_hash(name) for name in selfcode.live()}
+    manifest = build_manifest(selfcode.live_dir, approved)
     now = time.time()
     entries: list[dict[str, Any]] = []
     files: list[tuple[str, bytes]] = []
     without_test: list[str] = []
     for entry in manifest.entries:
-        code = (selfcode.live_dir / entry.file).read_bytes()
+        try:
+            code = read_tool_bytes(selfcode.live_dir / entry.file)
+        except ToolFileError as exc:
+            raise ArchiveError(f"tool {entry.name} changed while exporting: {exc}") from None
         if code_hash(code) != entry.code_hash:
             raise ArchiveError(f"tool {entry.name} changed while exporting; run the export again")
         kept = selfcode.kept_test(entry.name)
-        files.append((f"tools/{entry.name}.py", code))
+        test = b""
         if kept is not None:
-            files.append((f"tests/test_{entry.name}.py", kept.read_bytes()))
+            with contextlib.suppress(ToolFileError):
+                test = read_tool_bytes(kept)
+        files.append((f"tools/{entry.name}.py", code))
+        if test:
+            files.append((f"tests/test_{entry.name}.py", test))
         else:
             without_test.append(entry.name)
         entries.append(
@@ -115,7 +133,7 @@ def export_toolbox(selfcode: SelfCode, path: Path, *, overwrite: bool = False) -
                 "description": entry.description,
                 "params_schema": entry.params_schema,
                 "code_hash": entry.code_hash,
-                "has_test": kept is not None,
+                "has_test": bool(test),
             }
         )
     payload = json.dumps({"format": ARCHIVE_FORMAT, "tools": entries}, indent=1).encode()
@@ -143,6 +161,7 @@ def export_toolbox(selfcode: SelfCode, path: Path, *, overwrite: bool = False) -
         tuple(e.name for e in manifest.entries),
         tuple(without_test),
         tuple(b.name for b in manifest.broken),
+        tuple(b.name for b in manifest.tampered),
     )
 
 

@@ -1,12 +1,14 @@
 """``shelldon tools``: list, show, restore, export and import self-coded tools at the terminal.
 
-LLM-free and service-free: plain reads and moves of the tool directories through ``SelfCode``
-and of the store. Exit status: 0 when everything asked for was done, 1 when something failed
-(with a message saying what to do), 2 for a usage error such as a malformed tool name.
+LLM-free and service-free: plain reads and moves of the toolbox through ``SelfCode`` and of the
+store (an old toolbox still in the workspace is moved first, as at service start). Exit status:
+0 when everything asked for was done, 1 when something failed (with a message saying what to
+do), 2 for a usage error such as a malformed tool name.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -17,7 +19,14 @@ from typing import TextIO
 from shelldon.config import Settings
 from shelldon.core.gate import GateReport
 from shelldon.core.history import Store, StoreError
-from shelldon.core.manifest import BrokenModule, describe_file
+from shelldon.core.legacy_toolbox import migrate_legacy_toolbox
+from shelldon.core.manifest import (
+    BrokenModule,
+    ToolFileError,
+    code_hash,
+    describe_source,
+    read_tool_bytes,
+)
 from shelldon.core.owner_commands import restore_tool
 from shelldon.core.selfcode import SelfCode, StemError, normalize_stem
 from shelldon.toolbox.archive import ArchivedTool, ArchiveError, export_toolbox, read_archive
@@ -36,8 +45,11 @@ class ToolRow:
 
 
 def tool_rows(store: Store, selfcode: SelfCode) -> tuple[ToolRow, ...]:
-    """Every self-coded tool: live, then staged (awaiting approval), then quarantined."""
+    """Every self-coded tool: live, then staged (awaiting approval), then quarantined, then
+    every toolbox file that will not run because it is not what the owner approved."""
     health = {h.name: h for h in store.tool_health()}
+    tampered = selfcode.tampered()
+    bad = {t.name for t in tampered if t.state != "unapproved"}
     rows: list[ToolRow] = []
     for state, names in (
         ("live", selfcode.live()),
@@ -45,11 +57,17 @@ def tool_rows(store: Store, selfcode: SelfCode) -> tuple[ToolRow, ...]:
         ("quarantined", selfcode.quarantined()),
     ):
         for name in names:
+            if name in bad and state != "staged":
+                continue
             h = health.get(name)
             reason = selfcode.quarantine_reason(name) if state == "quarantined" else ""
             rows.append(
                 ToolRow(name, state, h.strikes if h else 0, h.last_error if h else "", reason)
             )
+    for t in tampered:
+        h = health.get(t.name)
+        note = f"not run: {t.problem}" + (" (was quarantined)" if t.state == "quarantined" else "")
+        rows.append(ToolRow(t.name, "tampered", h.strikes if h else 0, "", note))
     return tuple(rows)
 
 
@@ -67,6 +85,11 @@ def list_text(rows: tuple[ToolRow, ...]) -> str:
         lines.append(f"{r.name:<{width}}  {r.state:<11}  {r.strikes:>7}  {note[:80]}".rstrip())
     if any(r.state == "quarantined" for r in rows):
         lines.append("Bring a quarantined tool back with: shelldon tools restore NAME")
+    if any(r.state == "tampered" for r in rows):
+        lines.append(
+            "A tampered tool never runs: its file is not the code you approved. "
+            "Propose it again to change it."
+        )
     return "\n".join(lines)
 
 
@@ -78,22 +101,35 @@ def show_text(store: Store, selfcode: SelfCode, name: str) -> str:
     """Everything about tool ``name`` (live, else quarantined, else staged): description,
     schema, code hash, strikes, and its code. Raises ``StemError`` or ``ToolNotFound``."""
     stem = normalize_stem(name)
-    found = [
-        (state, directory / f"{stem}.py")
-        for state, directory in (
-            ("live", selfcode.live_dir),
-            ("quarantined", selfcode.quarantine_dir),
-            ("staged", selfcode.staging_dir),
-        )
-        if (directory / f"{stem}.py").is_file()
-    ]
-    if not found:
+    approved = store.approved_tool(stem)
+    path = selfcode.tool_path(stem)
+    problem = ""
+    data = b""
+    if approved is not None and path is not None:
+        state = approved.state
+        try:
+            data = read_tool_bytes(path)
+        except ToolFileError as exc:
+            problem = str(exc)
+        else:
+            if code_hash(data) != approved.code_hash:
+                problem = "its code is not what the owner approved"
+    elif stem in selfcode.staged():
+        state, data = "staged", store.parked_code(stem)
+    elif (selfcode.live_dir / f"{stem}.py").exists():
+        state, problem = "tampered", "it was never approved"
+        with contextlib.suppress(ToolFileError):
+            data = read_tool_bytes(selfcode.live_dir / f"{stem}.py")
+    else:
         known = ", ".join(r.name for r in tool_rows(store, selfcode)) or "none"
         raise ToolNotFound(f"no self-coded tool named {stem!r} (tools: {known})")
-    state, path = found[0]
     row = next((r for r in tool_rows(store, selfcode) if r.name == stem), ToolRow(stem, state))
-    described = describe_file(path)
-    lines = [f"{stem} ({state})"]
+    described = describe_source(stem, f"{stem}.py", data)
+    lines = [f"{stem} ({'tampered' if problem else state})"]
+    if problem:
+        lines.append(f"NOT RUN: {printable(problem)}")
+        if approved is not None:
+            lines.append(f"approved code hash: sha256:{approved.code_hash}")
     if isinstance(described, BrokenModule):
         lines.append(f"broken: {printable(described.error)}")
     else:
@@ -101,7 +137,7 @@ def show_text(store: Store, selfcode: SelfCode, name: str) -> str:
         lines.append(f"code hash: sha256:{described.code_hash}")
     last = f" (last: {printable(row.last_error)})" if row.last_error else ""
     lines.append(f"strikes: {row.strikes}{last}")
-    if row.reason:
+    if row.reason and row.state == "quarantined":
         lines.append(f"quarantined because: {printable(row.reason)}")
     kept = selfcode.kept_test(stem)
     lines.append(f"test: {kept}" if kept else "test: none kept (promoted before tests were kept)")
@@ -109,7 +145,7 @@ def show_text(store: Store, selfcode: SelfCode, name: str) -> str:
         lines.append("params schema:")
         lines.append(_indent(json.dumps(described.params_schema, indent=2, ensure_ascii=False)))
     lines.append("code:")
-    lines.append(_indent(path.read_text(encoding="utf-8", errors="replace").rstrip("\n")))
+    lines.append(_indent(data.decode("utf-8", errors="replace").rstrip("\n")))
     return "\n".join(lines)
 
 
@@ -204,8 +240,9 @@ def run_tools(
         return 2
     try:
         # The service's gate containment: an imported tool is trusted no more than a proposed one.
-        selfcode = SelfCode(settings.workspace, settings.limits, settings.sandbox)
         with Store(settings.database) as store:
+            selfcode = SelfCode.from_settings(settings, store)
+            migrate_legacy_toolbox(settings.workspace, selfcode)
             return action(request, selfcode, store, Terminal(inp, out, err))
     except StemError as exc:
         err.write(f"shelldon tools: {exc}\n")
@@ -254,6 +291,11 @@ def _export(request: ToolsRequest, selfcode: SelfCode, store: Store, term: Termi
         term.out.write(f"without a test (an import will refuse these): {missing}\n")
     if report.skipped_broken:
         term.out.write(f"left out, broken: {', '.join(report.skipped_broken)}\n")
+    if report.skipped_tampered:
+        term.out.write(
+            f"left out, not the code you approved (tampered): "
+            f"{', '.join(report.skipped_tampered)}\n"
+        )
     return 0
 
 

@@ -20,7 +20,6 @@ import structlog
 
 from shelldon.core.gate import GateReport
 from shelldon.core.history import Store
-from shelldon.core.manifest import code_hash
 from shelldon.core.selfcode import SelfCode, SelfCodeError
 from shelldon.toolbox.archive import ArchivedTool
 
@@ -68,10 +67,8 @@ def gate_summary(report: GateReport) -> str:
 
 
 def _live_hash(selfcode: SelfCode, name: str) -> str:
-    try:
-        return code_hash((selfcode.live_dir / f"{name}.py").read_bytes())
-    except OSError:
-        return ""
+    """The approved hash of live tool ``name`` ("" when it is not live)."""
+    return selfcode.approved_hash(name) if name in selfcode.live() else ""
 
 
 class _Importer:
@@ -114,13 +111,12 @@ class _Importer:
                 "back, or re-run with --replace to put the archive's version in its place",
             )
         if name in self.selfcode.staged() and not self.replace:
-            # Importing would overwrite the staged pair; its parked promotion would then fail
-            # on the hash check, so the owner decides this explicitly.
+            # The parked proposal would then fail as "already exists": the owner decides.
             return self.refuse(
                 tool,
-                f"a tool named {name} is staged here (a proposal waiting for your approval, or "
-                "being gated); answer it first, or re-run with --replace to put the archive's "
-                "version in its place",
+                f"a tool named {name} is staged here (a proposal waiting for your approval); "
+                "answer it first, or re-run with --replace to put the archive's version in "
+                "its place",
             )
         if not tool.test:
             return self.refuse(
@@ -137,16 +133,20 @@ class _Importer:
             "gate", "passed" if report.passed else "failed", tool, findings=list(report.findings)
         )
         if not report.passed:
-            # run_gate has discarded the staged pair already.
             return ImportResult(name, Outcome.GATE_FAILED, gate_summary(report), tool.code_hash)
         if not self.ask(tool, report):
-            self.selfcode.discard(name)
             self.audit("owner", "discarded", tool)
             return ImportResult(name, Outcome.DECLINED, "not added (your answer)", tool.code_hash)
         try:
-            self.selfcode.promote(name, replace=bool(taken), expected_hash=tool.code_hash)
+            # The bytes the gate passed (held in memory), never a file from its staging dir.
+            self.selfcode.promote(
+                name,
+                staged.code,
+                staged.test,
+                replace=bool(taken),
+                expected_hash=tool.code_hash,
+            )
         except SelfCodeError as exc:
-            self.selfcode.discard(name)
             self.audit("owner", "promote_failed", tool, error=str(exc))
             return ImportResult(name, Outcome.REFUSED, str(exc), tool.code_hash)
         if taken:

@@ -280,6 +280,9 @@ def prepare_child(
     reset_signals()
     # The parent died before this took effect: nobody will read our Result.
     die_with_parent(parent_pid, EXIT_CHANNEL)
+    # Not dumpable (also when forked by a parent that is): the children it forks for tools
+    # and approved calls cannot open its /proc/<pid>/mem, environ or fd/.
+    sandbox.forbid_dumps()
     close_inherited_fds(keep_fd, *confinement.keep_fds())
     reopen_stdio()
     scrub_environment()

@@ -787,12 +787,6 @@ class ZygoteServer:
         except Exception as exc:
             log.warning("spare_not_forked", error=f"toolbox unreadable: {exc}")
             return False
-        manifest, modules = fingerprint
-        if manifest is None and modules:
-            # Modules but no manifest: discovery falls back to reading each module, which the
-            # fingerprint does not cover. Every turn forks its own worker until core rewrites it.
-            log.info("spare_not_forked", reason="no manifest for the live tools")
-            return False
         self.discover()
         try:
             handle = spawn.spawn_spare(self.settings, registry_factory=self.registry_factory)

@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from shelldon.core.gate import _UNUSED_PLUGINS  # noqa: E402
 from shelldon.core.gate_scan import static_checks  # noqa: E402
+from shelldon.core.history import Store  # noqa: E402
 from shelldon.core.selfcode import SelfCode  # noqa: E402
 from tests.unit.selfcode.samples import ADDER, ADDER_TEST  # noqa: E402
 
@@ -52,13 +53,15 @@ def costs(variants: dict[str, tuple[list[str], dict[str, str]]], cwd: Path, roun
 def main() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     with tempfile.TemporaryDirectory() as tmp:
-        sc = SelfCode(Path(tmp) / "workspace")
+        store = Store(Path(tmp) / "shelldon.db")
+        sc = SelfCode(Path(tmp) / "toolbox", store)
         gates = []
         for _ in range(RUNS):
             t = time.perf_counter()
             report = sc.run_gate(sc.stage("adder", ADDER, ADDER_TEST))
             gates.append(time.perf_counter() - t)
             assert report.passed, report
+        store.close()
         t = time.perf_counter()
         for _ in range(100):
             static_checks("adder", ADDER, ADDER_TEST)

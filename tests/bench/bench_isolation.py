@@ -9,6 +9,7 @@ and the runtime a worker has imported.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import statistics
@@ -24,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from shelldon.config import load_settings  # noqa: E402
 from shelldon.contracts import ToolCall  # noqa: E402
+from shelldon.core.history import Store  # noqa: E402
 from shelldon.core.manifest import code_hash  # noqa: E402
 from shelldon.core.selfcode import SelfCode  # noqa: E402
 from shelldon.worker.tools import build_registry  # noqa: E402
@@ -66,14 +68,18 @@ def main() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
     with tempfile.TemporaryDirectory() as tmp:
         settings = load_settings(environ={"SHELLDON_HOME": tmp})
-        sc = SelfCode(settings.workspace, settings.limits)
-        sc.stage("words", TOOL, "")
-        sc.promote("words")
+        settings.workspace.mkdir(parents=True, exist_ok=True)
+        with Store(settings.database) as store:
+            sc = SelfCode.from_settings(settings, store)
+            staged = sc.stage("words", TOOL, "")
+            sc.discard(staged.name)
+            path = sc.promote(staged.name, staged.code, staged.test, expected_hash=staged.code_hash)
         os.chdir(settings.workspace)
         registry = build_registry(settings)
+        # This process has no filesystem layer on (a worker would): let the tool run here.
+        registry.context = dataclasses.replace(registry.context, require_fs_layer=False)
         call = ToolCall("c1", "words", {"text": "one two three"})
         assert execute_tool(registry, call).content == "3"
-        path = settings.workspace / "tools" / "words.py"
         digest = code_hash(path.read_bytes())
 
         def inline() -> str:

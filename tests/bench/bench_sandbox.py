@@ -27,6 +27,7 @@ import structlog
 from shelldon.config import Settings, load_settings
 from shelldon.contracts import Completion, Job, Result, ToolCall, TurnRequest, Usage
 from shelldon.core import sandbox
+from shelldon.core.history import Store
 from shelldon.core.selfcode import SelfCode
 from shelldon.worker.spawn import spawn_turn
 
@@ -93,7 +94,11 @@ def confine_only(settings: Settings) -> float:
 
 
 def gate_once(settings: Settings) -> float:
-    sc = SelfCode(settings.workspace, settings.limits, settings.sandbox)
+    with Store(settings.database) as store:
+        return _gate(SelfCode.from_settings(settings, store))
+
+
+def _gate(sc: SelfCode) -> float:
     code = (
         'DESCRIPTION = "Add one."\n'
         'PARAMS_SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}}\n\n\n'

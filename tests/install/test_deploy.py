@@ -57,5 +57,5 @@ def test_installed_venv_gates_and_runs_the_demo(tmp_path: Path) -> None:
     )
     assert story_problems(run) == [], f"{run.how_it_ended()}\n{run.transcript()}"
     assert demo_home(run.stdout) == tmp_path / "demo"
-    assert (tmp_path / "demo" / "workspace" / "tools" / "word_count.py").exists()
+    assert (tmp_path / "demo" / "toolbox" / "live" / "word_count.py").exists()
     shutil.rmtree(root / "opt", ignore_errors=True)

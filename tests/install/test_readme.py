@@ -43,7 +43,7 @@ def test_readme_first_command(readme_run: ReadmeRun) -> None:
     assert run.answered >= 1, "the demo never asked at a [y/N] prompt\n" + context
     home = demo_home(run.stdout)
     assert home is not None, context
-    assert (home / "workspace" / "tools" / "word_count.py").exists(), context
+    assert (home / "toolbox" / "live" / "word_count.py").exists(), context
     # The gate's pytest came with the package, and nothing of the dev extra did.
     python = readme_run.venv / "bin" / "python"
     env = new_user_env(readme_run.home)

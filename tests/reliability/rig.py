@@ -19,7 +19,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from shelldon.core.manifest import rewrite_manifest
+from shelldon.config import Settings
+from shelldon.core.history import Store
+from shelldon.core.manifest import code_hash
+from shelldon.core.selfcode import SelfCode
 from tests import proctree
 from tests.fakes.fake_telegram import TEST_TOKEN, Sent
 from tests.integration.runtime.harness import ThreadedFakeTelegram
@@ -56,12 +59,10 @@ def fd_count(pids: Iterable[int]) -> int:
     return total
 
 
-def install_tool(workspace: Path, name: str, code: str) -> None:
-    """Put a live self-coded tool in place as a promotion would (file + manifest)."""
-    live = workspace / "tools"
-    live.mkdir(parents=True, exist_ok=True)
-    (live / f"{name}.py").write_text(code)
-    rewrite_manifest(live)
+def install_tool(settings: Settings, name: str, code: str) -> None:
+    """Make ``code`` a live self-coded tool the owner approved (the gate is not the point)."""
+    with Store(settings.database) as store:
+        SelfCode.from_settings(settings, store).promote(name, code, expected_hash=code_hash(code))
 
 
 class ShelldonRun:

@@ -302,7 +302,6 @@ def test_hostile_parked_promotions_promote_nothing(
     tg.do(tg.fake.queue_message, OWNER, "ping")
     wait_until(lambda: "pong" in texts(tg), 15, "a message to hang the taps on")
     (pong,) = [m for m in tg.fake.sent if m.visible == "pong"]
-    workspace = run.home / "workspace"
     with Store(run.home / "shelldon.db") as store:
         for i, (name, digest) in enumerate(HOSTILE_PROMOTIONS):
             store.park_promotion(f"phostile{i:08d}", OWNER, name, digest, "x", time.time(), 3600)
@@ -318,7 +317,7 @@ def test_hostile_parked_promotions_promote_nothing(
             )
             wait_until(lambda: not store.has_promotion(turn_id), 10, f"{turn_id} decided")  # noqa: B023
             wait_until(lambda: len(tg.fake.calls) > calls + 1, 10, "the outcome")  # noqa: B023
-    assert not list((workspace / "tools").glob("*.py"))
+    assert not list((run.home / "toolbox" / "live").glob("*.py"))
     assert not (run.home / "outside.py").exists()
     assert_healthy(run, tg)
 

@@ -140,16 +140,14 @@ def test_promotion_parked_before_a_power_cut_is_decidable_after(
     tg.do(tg.fake.queue_message, OWNER, "make a tool")
     wait_until(lambda: keyboards(tg), 30, "the promotion keyboard")
     (ask,) = keyboards(tg)
-    workspace = run.home / "workspace"
+    toolbox = run.home / "toolbox"
     restart(run)
-    assert sorted(p.name for p in (workspace / "tools-staging").iterdir()) == [
-        "echo_len.py",
-        "test_echo_len.py",
-    ]
+    # The gated bytes are parked in the store with the promotion; staging holds nothing.
+    assert list((toolbox / "staging").iterdir()) == []
     tg.do(tg.fake.tap, OWNER, ask, 0)
-    wait_until((workspace / "tools" / "echo_len.py").exists, 20, "the promotion")
+    wait_until((toolbox / "live" / "echo_len.py").exists, 20, "the promotion")
     wait_until(lambda: any("echo_len" in t and "Added" in t for t in texts(tg)), 10, "'Added'")
-    assert list((workspace / "tools-staging").iterdir()) == []
+    assert list((toolbox / "staging").iterdir()) == []
     with Store(run.home / "shelldon.db") as store:
         assert store.pending() == []
 
@@ -158,10 +156,10 @@ def test_power_cut_during_a_gate_leaves_no_staged_file(
     run: ShelldonRun, tg: ThreadedFakeTelegram
 ) -> None:
     run.start()
-    staging = run.home / "workspace" / "tools-staging"
+    staging = run.home / "toolbox" / "staging"
     tg.do(tg.fake.queue_message, OWNER, "slowgate please")
     wait_until(lambda: "Proposed slowly." in texts(tg), 15, "the proposal")
-    wait_until(lambda: any(staging.glob(".gate-*")), 10, "the gate to start")
+    wait_until(lambda: any(staging.glob("*/.gate-*")), 10, "the gate to start")
     restart(run)
     time.sleep(1.0)
     assert list(staging.iterdir()) == []

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from shelldon.config import load_settings
 from tests import proctree
 from tests.integration.runtime.harness import Service
 
@@ -96,7 +97,7 @@ def script_for(name: str) -> list[dict[str, Any]]:
 
 def start(tmp_path: Path, name: str) -> Service:
     home = tmp_path / "home"
-    install_tool(home / "workspace", name, TOOLS[name])
+    install_tool(load_settings(environ={"SHELLDON_HOME": str(home)}), name, TOOLS[name])
     return Service(
         home,
         script_for(name),
@@ -146,9 +147,8 @@ def test_a_runaway_tool_ends_its_turn_in_budget_and_lands_in_quarantine(
         if notice in runaway.output:
             break  # a tool that fails fast may collect every strike in one turn
     wait_until(lambda: notice in runaway.quiet_for(0.05) or notice in runaway.output, 10, notice)
-    workspace = runaway.settings.workspace
-    assert (workspace / "tools-quarantine" / f"{name}.py").exists()
-    assert not (workspace / "tools" / f"{name}.py").exists()
+    assert (runaway.settings.toolbox / "quarantine" / f"{name}.py").exists()
+    assert not (runaway.settings.live_tools / f"{name}.py").exists()
     # The service stays up: the next turn no longer sees the tool and is answered.
     runaway.say(f"use {name} once more")
     runaway.expect("shelldon › ", timeout=BUDGET_S + 5)
@@ -198,5 +198,5 @@ def test_every_actor_keeps_answering_while_a_worker_hangs_or_hangs_up(runaway: S
 
 
 def runaway_tool(svc: Service) -> str:
-    (live,) = sorted(p.stem for p in (svc.settings.workspace / "tools").glob("*.py"))
+    (live,) = sorted(p.stem for p in svc.settings.live_tools.glob("*.py"))
     return live

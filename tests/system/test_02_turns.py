@@ -76,7 +76,6 @@ def test_a_risky_call_waits_for_the_owners_tap_then_runs(pet: Pet) -> None:
 
 @pytest.mark.smoke
 def test_a_self_coded_tool_is_gated_in_the_service_and_used_next_turn(pet: Pet) -> None:
-    (WORKSPACE / "tools" / "word_count.py").unlink(missing_ok=True)
     asked, decided = pet.promote_tool("word_count", WORD_COUNT, WORD_COUNT_TEST)
     assert not decided.buttons()
     # The gate ran the test with real pytest inside the service, and the owner was told so.

@@ -12,9 +12,10 @@ Three layers, each detected at start and used where the kernel offers it:
   controllers exist and ``cgroup.kill`` at the end, which also ends ``setsid`` stragglers.
 
 One module per part: ``policy`` (what is denied and allowed), ``libc``, ``seccomp``,
-``landlock``, ``userns``, ``cgroup``, ``plan`` (what this kernel and config give), ``paths``
-(what a child may see), ``confinement`` (the value a parent prepares for one child:
-``prepare_worker``, ``prepare_gate``), ``apply`` (in the child). This package's names are
+``landlock``, ``userns``, ``cgroup``, ``dumpable`` (the service and the zygote are not),
+``plan`` (what this kernel and config give), ``paths`` (what a child may see), ``confinement``
+(the value a parent prepares for one child: ``prepare_worker``, ``prepare_gate``), ``apply``
+(in the child). This package's names are
 the interface; the parts import each other, never the package.
 
 ``[sandbox] mode``: ``required`` refuses to start without seccomp and a filesystem layer
@@ -24,7 +25,12 @@ programs and path lists are prepared in the parent; the child only makes syscall
 
 from __future__ import annotations
 
-from shelldon.core.sandbox.apply import confine_call, confine_worker, gate_preexec
+from shelldon.core.sandbox.apply import (
+    confine_call,
+    confine_worker,
+    filesystem_confined,
+    gate_preexec,
+)
 from shelldon.core.sandbox.cgroup import (
     TurnCgroup,
     cgroup_parent,
@@ -39,6 +45,7 @@ from shelldon.core.sandbox.confinement import (
     prepare_worker,
     with_private_dir,
 )
+from shelldon.core.sandbox.dumpable import drop_capabilities, dumpable, forbid_dumps
 from shelldon.core.sandbox.landlock import forget_prebuilt, landlock_abi, prebuilt_ruleset_fds
 from shelldon.core.sandbox.paths import allowed_paths
 from shelldon.core.sandbox.plan import (
@@ -61,12 +68,16 @@ from shelldon.core.sandbox.userns import userns_available
 __all__ = [
     "confine_call",
     "confine_worker",
+    "filesystem_confined",
     "gate_preexec",
     "TurnCgroup",
     "cgroup_parent",
     "delegated_cgroup",
     "open_turn_cgroup",
     "prepare_delegated_cgroup",
+    "drop_capabilities",
+    "dumpable",
+    "forbid_dumps",
     "forget_prebuilt",
     "landlock_abi",
     "prebuilt_ruleset_fds",

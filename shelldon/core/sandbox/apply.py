@@ -14,6 +14,7 @@ from shelldon.config import SandboxSettings
 from shelldon.core.sandbox.cgroup import TurnCgroup
 from shelldon.core.sandbox.confinement import Confinement, prepare_gate
 from shelldon.core.sandbox.landlock import _apply_prebuilt, _landlock_restrict, landlock_abi
+from shelldon.core.sandbox.paths import gate_never
 from shelldon.core.sandbox.plan import Plan
 from shelldon.core.sandbox.policy import SandboxError
 from shelldon.core.sandbox.seccomp import build_filter, load_filter
@@ -124,9 +125,7 @@ def gate_preexec(
 ) -> Callable[[], None]:
     """A ``preexec_fn`` for the gate's pytest: joins ``cgroup``, runs ``then`` (RLIMITs), and
     confines like a FREE-only worker with read-write on the staging dir (and its private tmp)."""
-    home_guess = staging.parent.parent  # <home>/workspace/tools-staging
-    never = (home_guess / "vault", home_guess / "shelldon.db", Path.home() / ".ssh")
-    c = prepare_gate(sandbox, (staging, private), never, extra_read, cgroup)
+    c = prepare_gate(sandbox, (staging, private), gate_never(staging), extra_read, cgroup)
 
     def preexec() -> None:
         if then is not None:
@@ -142,3 +141,9 @@ def gate_preexec(
         _apply_seccomp(c.plan, network=False, namespaces=True)
 
     return preexec
+
+
+def filesystem_confined() -> bool:
+    """Whether this process is under its filesystem layer (Landlock or the namespace), as
+    ``confine_worker`` or ``gate_preexec`` applied it: a self-coded tool runs only then."""
+    return "fs" in _applied

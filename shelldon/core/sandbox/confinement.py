@@ -20,7 +20,12 @@ import structlog
 from shelldon.config import SandboxSettings, Settings
 from shelldon.core.sandbox.cgroup import TurnCgroup, open_turn_cgroup
 from shelldon.core.sandbox.landlock import landlock_abi, prebuild_landlock
-from shelldon.core.sandbox.paths import allowed_paths, never_paths, worker_paths
+from shelldon.core.sandbox.paths import (
+    allowed_paths,
+    live_tools_read,
+    never_paths,
+    worker_paths,
+)
 from shelldon.core.sandbox.plan import Plan, plan
 from shelldon.core.sandbox.policy import SandboxError
 from shelldon.core.sandbox.seccomp import build_filter
@@ -33,9 +38,9 @@ class Confinement:
     """What a child gets: the ``plan`` (mode, seccomp, filesystem layer), the paths it may read
     and write, a Landlock ruleset the parent prebuilt for exactly those paths (a descriptor the
     child keeps open until it applies it; None: the child builds its own), its cgroup, and
-    whether it may read its own ``/proc/self`` under Landlock. A worker may not: the children
-    it forks for self-coded tools share its Landlock domain, and that rule would name the
-    worker's own ``/proc/<pid>`` (its ``mem`` among it) for them too."""
+    whether it may read its own ``/proc/self`` under Landlock. That rule names the process's
+    own ``/proc/<pid>``, for the children it forks too (they share its domain): what keeps
+    them out of it is that a worker is not dumpable and their capabilities are dropped."""
 
     plan: Plan
     read_only: tuple[str, ...] = ()
@@ -68,13 +73,13 @@ def _prepare(
     except (SandboxError, OSError) as exc:
         log.warning("sandbox_not_prepared", error=str(exc))
     cgroup = open_turn_cgroup(sandbox, cgroup_name)
-    return Confinement(p, ro, rw, ruleset, cgroup, proc_self=False)
+    return Confinement(p, ro, rw, ruleset, cgroup)
 
 
 def prepare_worker(settings: Settings) -> Confinement:
-    """A turn's worker: read-write on the workspace only, its own cgroup (the caller owns it:
-    ``close()`` at the end)."""
-    ro, rw = worker_paths(settings.workspace, never_paths(settings))
+    """A turn's worker: read-write on the workspace only, read-only the live self-coded tools,
+    its own cgroup (the caller owns it: ``close()`` at the end)."""
+    ro, rw = worker_paths(settings.workspace, never_paths(settings), live_tools_read(settings))
     name = f"shelldon-turn-{os.getpid()}-{next(_turn_numbers)}"
     return _prepare(settings.sandbox, ro, rw, name)
 

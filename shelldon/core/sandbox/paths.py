@@ -62,13 +62,37 @@ def allowed_paths(
 
 
 def never_paths(settings: Settings) -> tuple[Path, ...]:
-    """What a worker never sees, even where a read-only root contains it."""
-    return (settings.vault, settings.database, Path.home() / ".ssh", Path("/etc/shadow"))
+    """What a worker never sees, even where a read-only root contains it. The toolbox among
+    them: a worker reads its live tools (``live_tools_read``) and nothing else of it."""
+    return (
+        settings.vault,
+        settings.database,
+        settings.toolbox,
+        Path.home() / ".ssh",
+        Path("/etc/shadow"),
+    )
+
+
+def live_tools_read(settings: Settings) -> tuple[str, ...]:
+    """The live self-coded tools, the one part of the toolbox a worker may read (read-only).
+    A rule can only name a directory that exists: whether it does is part of the answer, so a
+    toolbox made after the first worker still reaches the next one."""
+    live = settings.live_tools
+    return (str(live),) if live.is_dir() else ()
+
+
+def gate_never(staging: Path) -> tuple[Path, ...]:
+    """What a gate run of ``staging`` (``<home>/toolbox/staging/<run>``) must never see, even
+    inside a read-only path: the home's vault, database and the rest of the toolbox."""
+    toolbox = staging.parent.parent
+    home = toolbox.parent
+    return (home / "vault", home / "shelldon.db", toolbox, Path.home() / ".ssh")
 
 
 @functools.cache
 def worker_paths(
-    workspace: Path, never: tuple[Path, ...]
+    workspace: Path, never: tuple[Path, ...], read: tuple[str, ...] = ()
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(read-only, read-write) for a worker of ``workspace`` (computed once per workspace)."""
-    return allowed_paths((workspace,), never)
+    """(read-only, read-write) for a worker of ``workspace``, also reading ``read`` (computed
+    once per input)."""
+    return allowed_paths((workspace,), never, read)

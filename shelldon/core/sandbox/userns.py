@@ -11,6 +11,7 @@ import stat
 import sys
 from collections.abc import Iterable
 
+from shelldon.core.sandbox.dumpable import dumpable, set_dumpable
 from shelldon.core.sandbox.libc import _LIBC, _check, _syscall
 from shelldon.core.sandbox.policy import _READ_ONLY_ROOTS
 
@@ -85,10 +86,19 @@ def _userns_restrict(read_only: Iterable[str], read_write: Iterable[str], *, net
     cwd = os.getcwd()
     flags = _CLONE_NEWUSER | _CLONE_NEWNS | (0 if network else _CLONE_NEWNET)
     _check(_unshare(flags), "unshare(user+mount)")
-    with contextlib.suppress(OSError):
-        _write("/proc/self/setgroups", "deny")
-    _write("/proc/self/uid_map", f"{uid} {uid} 1")
-    _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    # A process that is not dumpable (forked from the service) cannot write its own maps:
+    # dumpable for these writes only, then back as it was.
+    was_dumpable = dumpable()
+    if not was_dumpable:
+        set_dumpable(True)
+    try:
+        with contextlib.suppress(OSError):
+            _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{uid} {uid} 1")
+        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    finally:
+        if not was_dumpable:
+            set_dumpable(False)
     _mount_checked(None, "/", None, _MS_REC | _MS_PRIVATE)
     # Every source is opened before the tmpfs goes on, which may hide some of them (/tmp/...).
     sources: list[tuple[str, int, bool]] = []

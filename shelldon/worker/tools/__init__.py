@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from shelldon.config import Settings
+from shelldon.core.selfcoded_policy import selfcoded_refusal
 from shelldon.worker.tools import clock, files, git, http, pyeval, selfcoded, shell, write
 from shelldon.worker.tools.registry import (
     Registry,
@@ -36,6 +37,8 @@ def context_from_settings(settings: Settings) -> ToolContext:
         shell_timeout_s=lim.shell_timeout_s,
         rlimit_as_mb=lim.rlimit_as_mb,
         rlimit_cpu_s=lim.rlimit_cpu_s,
+        live_tools=settings.live_tools,
+        selfcoded_off=selfcoded_refusal(settings.sandbox),
     )
 
 

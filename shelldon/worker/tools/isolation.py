@@ -32,6 +32,7 @@ from typing import Any, NoReturn
 import msgpack
 import structlog
 
+from shelldon.core import sandbox
 from shelldon.core.child import Child, Output, SpawnError, die_with_parent
 
 log = structlog.get_logger(__name__)
@@ -131,6 +132,9 @@ def _child_main(
     code = 1
     try:
         die_with_parent(parent, 1)
+        # No capability (the namespace layer grants them all in its user namespace): with the
+        # worker not dumpable, nothing of the worker's /proc/<pid> opens for the tool.
+        sandbox.drop_capabilities()
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(out_w, 1)

@@ -27,7 +27,8 @@ class ToolError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ToolContext:
-    """What a tool may know about its world: the jail root, the vault to refuse, the caps."""
+    """What a tool may know about its world: the jail root, the vault to refuse, the caps, and
+    where the live self-coded tools are (None: no self-coded tools)."""
 
     workspace: Path
     vault: Path
@@ -36,6 +37,12 @@ class ToolContext:
     shell_timeout_s: float = 20.0
     rlimit_as_mb: int = 1024
     rlimit_cpu_s: int = 30
+    live_tools: Path | None = None
+    # Why self-coded tools are off on this machine ("" = on): no filesystem layer confines them.
+    selfcoded_off: str = ""
+    # A self-coded tool runs only in a process whose filesystem layer is on (a test that calls
+    # one in its own, unconfined process turns this off).
+    require_fs_layer: bool = True
 
 
 ToolFn = Callable[..., str]

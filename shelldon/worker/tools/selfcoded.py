@@ -1,17 +1,25 @@
 """Discovery of live self-coded tools, run in each forked worker at the start of a turn.
 
-The live tools come from ``<workspace>/tools/manifest.json``, which core rewrites at every
-promote, quarantine and restore: one JSON read per turn, no module imported. Each tool becomes a
-FREE ``ToolSpec(self_coded=True)`` whose function imports the module only when the model calls
-it — from bytes whose sha256 must match the manifest (the code the owner approved), under a
-unique module name — checks the convention, and calls ``run(**args)``. A failure there raises,
-and ``execute_tool`` turns it into ``ok=False`` plus a ``ToolFailure`` (a strike).
+The live tools come from ``<home>/toolbox/live/manifest.json``, which core writes from the
+owner's approvals (the store's ``approved_tools``) at every promote, quarantine, restore and
+start-up. The worker cannot reach the store, and the toolbox is read-only to it under either
+filesystem layer, so that file — written only by core, in a directory only core can write — is
+how the approved hashes reach discovery: one JSON read per turn, no module imported. Each entry
+becomes a FREE ``ToolSpec(self_coded=True)`` whose function imports the module only when the
+model calls it, from bytes read once (no link, no special file) whose sha256 must equal the
+approved hash, under a unique module name; it checks the convention and calls ``run(**args)``.
+Bytes that differ are never executed: the call fails (a strike), so a file changed after the
+manifest was written cannot run either. Entries the manifest marks tampered are skipped and
+logged; broken ones are reported as ``ToolFailure``s so the strike ledger sees them; files in
+``live/`` it does not list are ignored and logged. A missing or corrupt manifest means no
+self-coded tools (logged) until core writes it again: nothing found on disk is offered.
+
+Where no filesystem layer is in force (``ToolContext.selfcoded_off``), nothing is discovered;
+and a self-coded tool refuses to run in a process whose filesystem layer is not on
+(``sandbox.filesystem_confined``), such as a resumed worker before its approved call is done.
 
 The last result is kept per process and reused while the manifest's bytes and the directory's
 ``*.py`` names are unchanged, so a worker forked after its parent discovered pays ~0.3 ms.
-A missing or corrupt manifest falls back to reading every module's declaration by AST (slow,
-logged). Files in ``tools/`` the manifest does not list are ignored and logged; live modules the
-manifest marks broken are reported as ``ToolFailure``s so the strike ledger sees them.
 """
 
 from __future__ import annotations
@@ -30,17 +38,19 @@ from typing import Any
 import structlog
 
 from shelldon.contracts import Tier, ToolDefinition, ToolFailure
+from shelldon.core import sandbox
 from shelldon.core.manifest import (
     MANIFEST_NAME,
     Manifest,
     ManifestEntry,
     ManifestError,
+    ToolFileError,
     code_hash,
     parse_manifest,
-    scan_tools,
+    read_tool_bytes,
 )
 from shelldon.worker.tools.isolation import run_isolated
-from shelldon.worker.tools.registry import ToolContext, ToolFn, ToolSpec
+from shelldon.worker.tools.registry import ToolContext, ToolError, ToolFn, ToolSpec
 
 log = structlog.get_logger(__name__)
 
@@ -52,22 +62,24 @@ class SelfCodedToolError(Exception):
     ``ToolError``: the tool itself is at fault)."""
 
 
-def live_tools_dir(ctx: ToolContext) -> Path:
-    """Where live self-coded tools are (``<workspace>/tools``)."""
-    return ctx.workspace / "tools"
+def live_tools_dir(ctx: ToolContext) -> Path | None:
+    """Where live self-coded tools are (``<home>/toolbox/live``); None: nowhere."""
+    return ctx.live_tools
 
 
 def load_module(path: Path, expected_hash: str) -> ModuleType:
-    """Import a live tool from ``path`` if its code still hashes to ``expected_hash``, and
-    check it offers ``run``, ``DESCRIPTION`` and ``PARAMS_SCHEMA``."""
+    """Import a live tool from ``path`` if its code still hashes to ``expected_hash`` (the
+    approved hash), and check it offers ``run``, ``DESCRIPTION`` and ``PARAMS_SCHEMA``."""
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SelfCodedToolError(f"cannot read {path.name}: {exc}") from None
+        data = read_tool_bytes(path)
+    except ToolFileError as exc:
+        log.warning("selfcoded_module_refused", file=path.name, error=str(exc))
+        raise SelfCodedToolError(f"cannot load {path.name}: {exc}") from None
     if code_hash(data) != expected_hash:
+        log.warning("selfcoded_module_tampered", file=path.name, expected=expected_hash)
         raise SelfCodedToolError(
-            f"{path.name} changed since it was approved (its code hash differs); "
-            "propose it again to change a tool"
+            f"{path.name} is not the code the owner approved (its code hash differs); "
+            "it was not run: propose it again to change a tool"
         )
     name = f"{MODULE_PREFIX}{path.stem}_{expected_hash[:12]}"
     cached = sys.modules.get(name)
@@ -97,8 +109,24 @@ def load_module(path: Path, expected_hash: str) -> ModuleType:
     return module
 
 
+def confinement_refusal(ctx: ToolContext) -> str:
+    """Why a self-coded tool may not run in this process now ("" when it may)."""
+    if ctx.selfcoded_off:
+        return ctx.selfcoded_off
+    if ctx.require_fs_layer and not sandbox.filesystem_confined():
+        return (
+            "self-coded tools run only under the filesystem sandbox, which is not on in "
+            "this process"
+        )
+    return ""
+
+
 def _tool_fn(tools_dir: Path, file: str, expected_hash: str) -> ToolFn:
     def call(ctx: ToolContext, **args: Any) -> str:
+        refusal = confinement_refusal(ctx)
+        if refusal:
+            log.warning("selfcoded_tool_refused", file=file, why=refusal)
+            raise ToolError(refusal)
         # The Path is built at call time: pathlib costs ~10 us, times 500 tools every turn.
         path = tools_dir / file
         # Never in this process: the tool runs in a child of the worker (isolation.py).
@@ -114,17 +142,16 @@ def _spec(tools_dir: Path, entry: ManifestEntry) -> ToolSpec:
     return ToolSpec(definition, _tool_fn(tools_dir, entry.file, entry.code_hash), self_coded=True)
 
 
-def _load_manifest(tools_dir: Path, raw: bytes | None) -> tuple[Manifest, bool]:
-    """The manifest, and whether it came from ``raw`` (False: the AST fallback was used)."""
+def _load_manifest(tools_dir: Path, raw: bytes | None) -> Manifest | None:
+    """The manifest core wrote, or None (logged) when it is missing or corrupt: then no
+    self-coded tool is offered, whatever the directory holds."""
     try:
         if raw is None:
             raise ManifestError(f"no manifest in {tools_dir}")
-        return parse_manifest(raw, str(tools_dir / MANIFEST_NAME)), True
+        return parse_manifest(raw, str(tools_dir / MANIFEST_NAME))
     except ManifestError as exc:
-        if not tools_dir.exists():
-            return Manifest(), False
-        log.warning("selfcoded_manifest_unusable", error=str(exc), fallback="ast_scan")
-        return scan_tools(tools_dir), False
+        log.warning("selfcoded_manifest_unusable", error=str(exc), offered="none")
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,10 +196,12 @@ Fingerprint = tuple[bytes | None, frozenset[str]]
 
 def toolbox_fingerprint(ctx: ToolContext) -> Fingerprint:
     """The inputs discovery builds the live toolbox from, as ``_discover`` reads them: equal
-    fingerprints give equal discovery results (while the manifest is usable; the AST fallback
-    of a missing or corrupt manifest also reads the modules). A worker forked ahead of its turn
-    compares it to decide whether its registry is stale. Raises ``OSError`` as ``discover``."""
-    return _read_inputs(live_tools_dir(ctx))
+    fingerprints give equal discovery results. A worker forked ahead of its turn compares it to
+    decide whether its registry is stale. Raises ``OSError`` as ``discover``."""
+    tools_dir = live_tools_dir(ctx)
+    if tools_dir is None or ctx.selfcoded_off:
+        return None, frozenset()
+    return _read_inputs(tools_dir)
 
 
 def _read_inputs(tools_dir: Path) -> Fingerprint:
@@ -187,9 +216,19 @@ def _read_inputs(tools_dir: Path) -> Fingerprint:
     return raw, on_disk
 
 
+_told_off = False
+
+
 def _discover(ctx: ToolContext) -> tuple[list[ToolSpec], list[ToolFailure]]:
-    global _seen  # noqa: PLW0603 - the one-entry cache described above
+    global _seen, _told_off  # noqa: PLW0603 - the one-entry cache described above
     tools_dir = live_tools_dir(ctx)
+    if tools_dir is None:
+        return [], []
+    if ctx.selfcoded_off:
+        if not _told_off:  # once per process: the start log and doctor say it too
+            _told_off = True
+            log.warning("selfcoded_tools_off", why=ctx.selfcoded_off)
+        return [], []
     raw, on_disk = _read_inputs(tools_dir)
     if raw is None and not on_disk:
         return [], []  # an empty toolbox (nothing promoted yet): nothing to read, nothing wrong
@@ -202,9 +241,11 @@ def _discover(ctx: ToolContext) -> tuple[list[ToolSpec], list[ToolFailure]]:
         and seen.tools_dir == tools_dir
     ):
         return list(seen.specs), list(seen.failures)
-    manifest, from_raw = _load_manifest(tools_dir, raw)
+    manifest = _load_manifest(tools_dir, raw)
+    if manifest is None:
+        return [], []
     specs, failures = _build(tools_dir, manifest, on_disk)
-    if from_raw and raw is not None:
+    if raw is not None:
         _seen = _Seen(tools_dir, raw, on_disk, tuple(specs), tuple(failures))
     return specs, failures
 
@@ -230,6 +271,10 @@ def _build(
         if broken.file in on_disk:
             log.warning("selfcoded_module_broken", tool=broken.name, error=broken.error)
             failures.append(ToolFailure(broken.name, broken.error, self_coded=True))
+    for bad in manifest.tampered:
+        # Not the approved bytes: never offered, never a strike (the tool did not run).
+        listed.add(bad.file)
+        log.warning("selfcoded_module_tampered", tool=bad.name, error=bad.error)
     unlisted = sorted(on_disk - listed)
     if unlisted:
         log.warning("selfcoded_modules_not_in_manifest", files=unlisted[:20], count=len(unlisted))
@@ -244,6 +289,7 @@ def specs(ctx: ToolContext) -> list[ToolSpec]:
 __all__ = [
     "MANIFEST_NAME",
     "SelfCodedToolError",
+    "confinement_refusal",
     "discover",
     "live_tools_dir",
     "load_module",

@@ -54,7 +54,7 @@ def test_demo_walks_the_whole_story(tmp_path: Path) -> None:
         assert found >= 0, f"{step!r} missing (or out of order) in:\n{out}"
         position = found + len(step)
     assert (tmp_path / "demo" / "workspace" / "notes.txt").read_text() == "hello from shelldon\n"
-    assert (tmp_path / "demo" / "workspace" / "tools" / "word_count.py").exists()
+    assert (tmp_path / "demo" / "toolbox" / "live" / "word_count.py").exists()
     assert "Traceback" not in out + proc.stderr
 
 

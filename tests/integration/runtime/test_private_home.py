@@ -34,7 +34,7 @@ def run_as_owner(args: list[str], home: Path, umask: int = 0o022) -> int:
 def test_chat_creates_a_private_home(tmp_path: Path, umask: int) -> None:
     home = tmp_path / "pet"
     assert run_as_owner(["chat"], home, umask) == 0
-    for directory in (home, home / "vault", home / "workspace", home / "logs"):
+    for directory in (home, home / "vault", home / "workspace", home / "toolbox", home / "logs"):
         assert mode(directory) == 0o700, directory
     assert mode(home / "shelldon.db") == 0o600
     assert mode(home / "logs" / "shelldon.jsonl") == 0o600

@@ -127,3 +127,14 @@ def test_run_with_nobody_allowed_starts_and_warns_once(home: Path, tmp_path: Pat
     warnings = [e for e in events(log.read_text()) if e["event"] == "start_warning"]
     assert len(warnings) == 1
     assert "allowed_users is empty: nobody can talk to the pet" in str(warnings[0]["warning"])
+
+
+def test_an_unusable_database_stops_the_start_with_one_line(home: Path) -> None:
+    # The toolbox is checked against the approvals in the database before anything forks.
+    (home / "shelldon.db").write_bytes(b"not a database " * 100)
+    proc, took = start(home, "chat")
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"shelldon: cannot use database {home / 'shelldon.db'}: file is not a database"
+    ]
+    assert took < 30

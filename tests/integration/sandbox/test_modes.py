@@ -3,15 +3,20 @@ applies nothing, and doctor's lines say which layer is active."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from shelldon.config import ConfigError, Settings, load_settings
+from shelldon.contracts import Tier, ToolCall, TurnRequest
 from shelldon.core import sandbox
+from shelldon.worker.spawn import spawn_turn
+from tests.unit.worker.test_spawn import registry_with
 
 from .conftest import confined
-from .test_worker import run_probe
+from .probe import ATTACKS, calls, converse, finish, load, outputs, say, targets
 
 
 def test_required_refuses_to_start_without_a_filesystem_layer(settings: Settings) -> None:
@@ -42,9 +47,26 @@ def test_forced_userns_line_says_so(settings: Settings) -> None:
 def test_mode_off_confines_nothing(
     planted: Settings, tmp_path: Path, user_home: Path, listener: int
 ) -> None:
-    report = run_probe(confined(planted, "landlock", mode="off"), tmp_path, user_home, [listener])
-    assert report["probe"]["read_vault"] == "allowed"
-    assert report["probe"][f"connect_{listener}"] == "allowed"
+    # Self-coded tools are off there (test_worker), so the probe runs as a built-in would.
+    settings = confined(planted, "landlock", mode="off")
+    namespace: dict[str, Any] = {}
+    exec(compile(ATTACKS, "probe", "exec"), namespace)
+
+    def probe(_ctx: Any, targets: str) -> str:
+        return json.dumps(namespace["attack"](targets))
+
+    factory = registry_with(("probe", probe, Tier.FREE))
+    args = targets(settings, user_home, tmp_path / "outside.txt", [listener], "in.txt")
+    handle = spawn_turn(TurnRequest("t-off", 7, "probe"), settings, registry_factory=factory)
+    try:
+        jobs, _result = converse(
+            handle, [calls(ToolCall("c-probe", "probe", {"targets": args})), say("done")]
+        )
+    finally:
+        finish(handle)
+    probe = load(outputs(jobs[-1])["c-probe"][1])
+    assert probe["read_vault"] == "allowed"
+    assert probe[f"connect_{listener}"] == "allowed"
 
 
 def test_environment_forces_the_layer_and_a_bad_one_names_the_key(home: Path) -> None:

@@ -38,18 +38,18 @@ def run(where):
 )
 
 
-def gate_test(workspace: Path) -> str:
-    # The gate may read and write only its staging dir, so the port list is put there too.
-    staging = str(workspace / "tools-staging")
+def gate_test(ports: list[int]) -> str:
+    # The gate may read and write only its own staging dir (its cwd): the port list goes there.
     return (
         "import json\n\nfrom port_gate import run\n\n\n"
         "def test_no_local_port_answers():\n"
-        f"    got = json.loads(run(where={staging!r}))\n"
+        f"    with open('ports.json', 'w') as fh:\n        json.dump({ports!r}, fh)\n"
+        "    got = json.loads(run(where='.'))\n"
         "    assert got and set(got.values()) == {'EPERM'}, got\n"
     )
 
 
-def script(workspace: Path) -> list[dict[str, Any]]:
+def script(workspace: Path, ports: list[int]) -> list[dict[str, Any]]:
     return [
         {
             "when": "probe",
@@ -61,7 +61,7 @@ def script(workspace: Path) -> list[dict[str, Any]]:
             "tool_calls": [
                 {
                     "name": "propose_tool",
-                    "args": {"name": "port_gate", "code": PORT_PROBE, "test": gate_test(workspace)},
+                    "args": {"name": "port_gate", "code": PORT_PROBE, "test": gate_test(ports)},
                 }
             ],
         },
@@ -76,11 +76,10 @@ def test_no_service_port_is_reachable_from_a_worker_or_a_gate(tmp_path: Path, la
     settings.workspace.mkdir(parents=True)
     promote(settings, "port_probe", PORT_PROBE)
     listeners = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
-    svc = Service(home, script(settings.workspace), SHELLDON_SANDBOX_FS=layer)
+    ports = sorted(sock.getsockname()[1] for sock in listeners)
+    svc = Service(home, script(settings.workspace, ports), SHELLDON_SANDBOX_FS=layer)
     try:
-        ports = sorted(sock.getsockname()[1] for sock in listeners)
         (settings.workspace / "ports.json").write_text(json.dumps(ports))
-        (settings.workspace / "tools-staging" / "ports.json").write_text(json.dumps(ports))
 
         svc.say("probe")
         svc.expect("Probed.")

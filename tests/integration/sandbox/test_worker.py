@@ -1,6 +1,9 @@
 """A confined worker, each filesystem layer forced in turn: a promoted self-coded tool tries
 what a hostile one would, and the kernel refuses each attempt with the layer's errno, while
-FREE tools, the discovered tool itself and writes inside the workspace keep working.
+FREE tools, the discovered tool itself and writes inside the workspace keep working. The toolbox
+is among the targets: a tool cannot plant a module or a manifest in the live tools, change a
+live tool, or reach the rest of the toolbox (issue 17). Without a filesystem layer no
+self-coded tool is offered or run at all.
 
 Attack inspiration: see ``probe.py``.
 """
@@ -19,7 +22,18 @@ from shelldon.core import sandbox
 from shelldon.worker.spawn import EXIT_OK, spawn_turn
 
 from .conftest import confined
-from .probe import PROBE_TOOL, calls, converse, finish, load, outputs, promote, say, targets
+from .probe import (
+    PROBE_TOOL,
+    calls,
+    converse,
+    finish,
+    load,
+    outputs,
+    promote,
+    say,
+    targets,
+    toolbox_attacks,
+)
 
 # What each layer answers; "allowed" marks what only another layer (or none) would stop.
 REFUSED_BY = {
@@ -46,13 +60,30 @@ REFUSED_BY = {
         "read_parent_environ": "EACCES",
         "connect": "EPERM",
     },
-    "none": {
-        # seccomp alone: syscalls and sockets are refused; files are the path jail's job.
-        "ptrace_parent": "EPERM",
-        "connect": "EPERM",
-    },
 }
 LAYERS = tuple(REFUSED_BY)
+
+# The toolbox, as a worker's tool sees it: the live tools read-only, nothing else of it.
+TOOLBOX_REFUSED_BY = {
+    "landlock": {
+        "read_live_tool": "allowed",
+        "read_kept_test": "EACCES",
+        "plant_live_module": "EACCES",
+        "write_live_manifest": "EACCES",
+        "write_live_tool": "EACCES",
+        "plant_in_staging": "EACCES",
+        "link_live_tool": "EXDEV",
+    },
+    "userns": {
+        "read_live_tool": "allowed",
+        "read_kept_test": "ENOENT",
+        "plant_live_module": "EROFS",  # a read-only bind of the live directory
+        "write_live_manifest": "EROFS",
+        "write_live_tool": "EROFS",
+        "plant_in_staging": "ENOENT",
+        "link_live_tool": "EXDEV",  # across mounts
+    },
+}
 
 
 def run_probe(
@@ -61,8 +92,14 @@ def run_probe(
     """One real turn in a forked worker: the model calls the probe and three FREE tools."""
     promote(settings, "probe", PROBE_TOOL)
     (settings.workspace / "notes.txt").write_text("hello from the workspace")
+    toolbox = toolbox_attacks(settings, "probe", str(settings.workspace / "linked.py"))
     args = targets(
-        settings, user_home, tmp_path / "outside.txt", ports, str(settings.workspace / "in.txt")
+        settings,
+        user_home,
+        tmp_path / "outside.txt",
+        ports,
+        str(settings.workspace / "in.txt"),
+        toolbox,
     )
     handle = spawn_turn(TurnRequest("t-sbx", 7, "probe"), settings)
     try:
@@ -107,6 +144,17 @@ def test_each_layer_refuses_what_it_claims_with_its_errno(
         assert probe[key] == errno_name, (layer, attack, probe)
 
 
+def test_no_tool_can_change_the_toolbox_under_either_layer(
+    layer: str, report: dict[str, Any], planted: Settings
+) -> None:
+    probe = report["probe"]
+    assert {k: probe[k] for k in TOOLBOX_REFUSED_BY[layer]} == TOOLBOX_REFUSED_BY[layer]
+    live = planted.live_tools
+    assert sorted(p.name for p in live.iterdir()) == ["manifest.json", "probe.py"]
+    assert (live / "probe.py").read_text() == PROBE_TOOL
+    assert not (planted.workspace / "linked.py").exists()
+
+
 def test_workspace_stays_readable_and_writable_inside(report: dict[str, Any]) -> None:
     assert report["probe"]["write_inside"] == "allowed"
     assert report["probe"]["read_inside"] == "allowed"
@@ -119,15 +167,28 @@ def test_free_tools_still_work_when_confined(report: dict[str, Any]) -> None:
     assert free["c-eval"] == (True, "45")
 
 
-def test_without_a_filesystem_layer_files_are_left_to_the_jail(
-    planted: Settings, tmp_path: Path, user_home: Path, listener: int
+@pytest.mark.parametrize("mode", ["best-effort", "off"])
+def test_without_a_filesystem_layer_no_self_coded_tool_is_offered_or_run(
+    mode: str, planted: Settings, tmp_path: Path, user_home: Path
 ) -> None:
-    # What "none" does not stop, said out loud: the README's residual risk.
-    report = run_probe(confined(planted, "none"), tmp_path, user_home, [listener])
-    assert report["probe"]["read_vault"] == "allowed"
-    # The FREE file tools still refuse it: the path jail is the guard left.
-    ok, text = report["free"]["c-jail"]
-    assert not ok and "the-vault-secret" not in text
+    # Issue 17: with the path jail alone, a promoted tool read the vault and the parent's
+    # memory. There, self-coded tools are not discovered, so the model cannot call one.
+    settings = confined(planted, "none", mode=mode)
+    promote(settings, "probe", PROBE_TOOL)
+    args = targets(settings, user_home, tmp_path / "outside.txt", [], "in.txt")
+    handle = spawn_turn(TurnRequest("t-none", 7, "probe"), settings)
+    try:
+        jobs, result = converse(
+            handle, [calls(ToolCall("c-probe", "probe", {"targets": args})), say("done")]
+        )
+    finally:
+        code = finish(handle)
+    assert result.reply == "done" and code == EXIT_OK
+    assert "probe" not in {t.name for t in jobs[0].tools}
+    ok, text = outputs(jobs[-1])["c-probe"]
+    assert not ok and "unknown tool" in text.lower()
+    assert "the-vault-secret" not in text
+    assert not (tmp_path / "outside.txt").exists()
 
 
 @pytest.mark.skipif(sandbox.landlock_abi() < 1, reason="the kernel has no Landlock")

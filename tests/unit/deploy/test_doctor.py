@@ -3,6 +3,7 @@ the unit and its exposure — each one line, and a failing exit status when `run
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import resource
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from shelldon.config import Settings, load_settings
+from shelldon.config import SandboxSettings, Settings, load_settings
+from shelldon.core.selfcode import SelfCode
 from shelldon.doctor import (
     Check,
     gather_checks,
@@ -22,6 +24,7 @@ from shelldon.doctor import (
     run_doctor,
     unit_memory_max_mb,
 )
+from tests.unit.selfcode.samples import ADDER, promote
 
 GOOD_TOKEN = "123456789:AAHfiqksKZ8WmR2zSjiQ7_v4TMAKdiHm9T0"
 UNIT = Path(__file__).resolve().parents[3] / "deploy" / "shelldon.service"
@@ -177,6 +180,44 @@ def test_doctor_gates_a_sample_tool_and_says_how_long_it_took(settings: Settings
     assert gate.detail.startswith("a sample tool passed (AST checks + sandboxed pytest, 2 tests)")
     took = float(gate.detail.rsplit(" in ", 1)[1].removesuffix(" s"))
     assert 0 < took < 30
+
+
+@pytest.mark.parametrize(("mode", "fs"), [("off", "auto"), ("best-effort", "none")])
+def test_without_a_filesystem_layer_doctor_says_self_coded_tools_are_off(
+    settings: Settings, mode: str, fs: str
+) -> None:
+    bare = dataclasses.replace(settings, sandbox=SandboxSettings(mode=mode, fs=fs))
+    checks = gather_checks(bare)
+    selfcoded = by_name(checks, "self-coded tools")
+    assert not selfcoded.ok and not selfcoded.required
+    assert "self-coded tools are off" in selfcoded.detail
+    gate = by_name(checks, "gate")  # nothing model-written would be gated: not run either
+    assert not gate.ok and not gate.required and gate.detail.startswith("not run:")
+
+
+def test_doctor_names_the_layer_self_coded_tools_run_under(settings: Settings) -> None:
+    check = by_name(gather_checks(settings, gate=False), "self-coded tools")
+    assert check.ok and check.detail == "on: gated and run under landlock"
+
+
+def test_doctor_reports_toolbox_files_that_will_not_run(settings: Settings, sc: SelfCode) -> None:
+    promote(sc, "adder", ADDER)
+    assert by_name(gather_checks(settings, gate=False), "toolbox").ok
+    (sc.live_dir / "adder.py").write_text(ADDER.replace("a + 1", "a + 2"))
+    (sc.live_dir / "planted.py").write_text(ADDER)
+    check = by_name(gather_checks(settings, gate=False), "toolbox")
+    assert not check.ok and not check.required
+    assert "adder (its code is not what the owner approved)" in check.detail
+    assert "planted (planted.py was never approved)" in check.detail
+
+
+def test_doctor_says_an_old_toolbox_in_the_workspace_moves_at_the_next_start(
+    settings: Settings,
+) -> None:
+    (settings.workspace / "tools").mkdir()
+    check = by_name(gather_checks(settings, gate=False), "toolbox")
+    assert not check.ok and not check.required
+    assert "the next start moves the tools" in check.detail and "tools-unapproved" in check.detail
 
 
 def test_doctor_without_pytest_fails_the_gate_line_plainly(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from shelldon.core.history import SCHEMA_VERSION, Store, StoreError
+from shelldon.core.history import _MIGRATIONS, SCHEMA_VERSION, Store, StoreError
 
 
 @pytest.fixture
@@ -95,6 +95,52 @@ def test_promotion_take_returns_name_and_hash(store: Store) -> None:
     assert taken.status == "ok"
     assert taken.blob == b"weather\0abc123"
     assert store.take_promotion("t9", now=1).status == "unknown"
+
+
+def test_a_promotion_keeps_the_gated_bytes_it_was_parked_with(store: Store) -> None:
+    store.park_promotion("t9", 1, "adder", "abc", "s", now=0, ttl_s=10, code=b"x=1", test=b"t")
+    assert store.parked_code("adder") == b"x=1"
+    taken = store.take_promotion("t9", now=1)
+    assert (taken.code, taken.test) == (b"x=1", b"t")
+    assert store.parked_code("adder") == b""
+
+
+def test_approvals_record_the_hash_and_move_between_live_and_quarantine(store: Store) -> None:
+    store.approve_tool("adder", "h1", now=5, turn_id="t1")
+    assert store.set_tool_state("adder", "quarantined")
+    (tool,) = store.approved_tools()
+    assert (tool.name, tool.code_hash, tool.state, tool.approved_at) == (
+        "adder",
+        "h1",
+        "quarantined",
+        5,
+    )
+    store.approve_tool("adder", "h2", now=6)  # a replacement
+    assert store.approved_tool("adder") == type(tool)("adder", "h2", "live", 6)
+    assert not store.set_tool_state("ghost", "live")
+    with pytest.raises(ValueError, match="tool state"):
+        store.set_tool_state("adder", "blessed")
+
+
+def test_a_home_from_before_the_toolbox_left_the_workspace_is_migrated(tmp_path: Path) -> None:
+    # A v2 database (the schema before approvals were recorded) with a parked promotion.
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    for script in _MIGRATIONS[:2]:
+        db.executescript(script)
+    db.execute("PRAGMA user_version = 2")
+    db.execute(
+        "INSERT INTO pending_promotions VALUES ('t1', 1, 'adder', 'abc', 'tool adder', 0, 99)"
+    )
+    db.commit()
+    db.close()
+    with Store(path) as store:
+        assert store.schema_version == SCHEMA_VERSION
+        assert store.approved_tools() == []
+        assert store.promotions_without_code() == [("t1", "adder", "abc")]
+        assert store.keep_promotion_code("t1", b"x=1", b"")
+        assert store.promotions_without_code() == []
+        assert store.take_promotion("t1", now=1).code == b"x=1"
 
 
 def _racer(

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from shelldon.core.selfcode import SelfCode
+
 ADDER = """\
 DESCRIPTION = "Add one to a number."
 PARAMS_SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
@@ -33,3 +37,13 @@ def tool(description: str = "A tool.", body: str = "return 'ok'", head: str = ""
 def calling_test(stem: str, body: str = "assert run() == 'ok'", head: str = "") -> str:
     """A test file importing ``stem``'s run and running ``body`` in one test."""
     return f"{head}\nfrom {stem} import run\n\n\ndef test_it():\n    {body}\n"
+
+
+def promote(sc: SelfCode, name: str, code: str, test: str = "", *, replace: bool = False) -> Path:
+    """Make ``code`` live as a passing gate and the owner's tap would (without running pytest):
+    staged in a directory of its own, then promoted from the staged bytes."""
+    staged = sc.stage(name, code, test, replace=replace)
+    sc.discard(staged.name)  # what the gate does with its directory once it is done
+    return sc.promote(
+        staged.name, staged.code, staged.test, expected_hash=staged.code_hash, replace=replace
+    )

@@ -1,13 +1,20 @@
-"""Worker-side discovery: live tools are FREE on the next turn from the manifest, imported only
-when called, and a broken module costs a strike without wedging anything else.
+"""Worker-side discovery: live tools are FREE on the next turn from the manifest core wrote
+from the owner's approvals, imported only when called and only from the approved bytes, and a
+broken module costs a strike without wedging anything else.
+
+These run discovery and the tools in the test's own process (``require_fs_layer`` off); that a
+worker cannot write the toolbox at all is tested under both filesystem layers in
+tests/integration/sandbox/test_toolbox.py.
 
 Attack inspiration: the seed's quarantine story (a module that raises on import), a live file
-edited behind the gate's back (the write_file tool can reach the workspace), a manifest that is
-missing, corrupt or hostile (an entry pointing outside tools/).
+edited behind the gate's back, a manifest that is missing or corrupt (the old discovery then
+loaded whatever was on disk), or hostile (an entry pointing outside the live directory), a
+symlink or hard link in place of a live file; issue 17's "no confinement, no self-coded tools".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -15,25 +22,21 @@ from pathlib import Path
 
 import pytest
 
-from shelldon.config import Settings
+from shelldon.config import SandboxSettings, Settings
 from shelldon.contracts import Tier, ToolCall, ToolDefinition
-from shelldon.core.manifest import rewrite_manifest
+from shelldon.core.manifest import code_hash
 from shelldon.core.selfcode import SelfCode
-from shelldon.worker.tools import context_from_settings
+from shelldon.worker.tools import context_from_settings, selfcoded
 from shelldon.worker.tools.registry import Registry, ToolContext, ToolSpec, execute_tool
 from shelldon.worker.tools.selfcoded import MODULE_PREFIX, discover, specs
 
 from .samples import ADDER, ADDER_TEST, tool
-
-
-@pytest.fixture
-def sc(settings: Settings) -> SelfCode:
-    return SelfCode(settings.workspace, settings.limits)
+from .samples import promote as promote_tested
 
 
 @pytest.fixture
 def ctx(settings: Settings) -> ToolContext:
-    return context_from_settings(settings)
+    return dataclasses.replace(context_from_settings(settings), require_fs_layer=False)
 
 
 def registry_with(ctx: ToolContext) -> Registry:
@@ -45,8 +48,7 @@ def registry_with(ctx: ToolContext) -> Registry:
 
 
 def promote(sc: SelfCode, name: str, code: str) -> None:
-    sc.stage(name, code, "")
-    sc.promote(name)
+    promote_tested(sc, name, code)
 
 
 def call(registry: Registry, name: str, **args: object):
@@ -54,8 +56,7 @@ def call(registry: Registry, name: str, **args: object):
 
 
 def test_promoted_tool_is_free_and_callable_next_turn(sc: SelfCode, ctx: ToolContext) -> None:
-    sc.stage("adder", ADDER, ADDER_TEST)
-    sc.promote("adder")
+    promote_tested(sc, "adder", ADDER, ADDER_TEST)
     registry = registry_with(ctx)
     spec = registry.specs["adder"]
     assert spec.self_coded
@@ -66,7 +67,7 @@ def test_promoted_tool_is_free_and_callable_next_turn(sc: SelfCode, ctx: ToolCon
 
 
 def test_discovery_imports_nothing_until_a_call(sc: SelfCode, ctx: ToolContext) -> None:
-    marker = sc.workspace / "imported"
+    marker = sc.toolbox.parent / "imported"
     promote(sc, "lazy", tool(head=f"open({str(marker)!r}, 'w').close()"))
     before = {m for m in sys.modules if m.startswith(MODULE_PREFIX + "lazy")}
     registry = registry_with(ctx)
@@ -122,20 +123,55 @@ def test_module_whose_run_is_replaced_at_import_breaks_convention(
 def test_live_module_edited_after_approval_refuses_to_run(sc: SelfCode, ctx: ToolContext) -> None:
     promote(sc, "adder", ADDER)
     registry = registry_with(ctx)
-    (sc.live_dir / "adder.py").write_text(ADDER.replace("a + 1", "a + 1000"))
+    marker = sc.toolbox.parent / "ran"
+    (sc.live_dir / "adder.py").write_text(tool(head=f"open({str(marker)!r}, 'w').close()"))
     result = call(registry, "adder", a=1)
-    assert not result.ok and "changed since it was approved" in result.content
+    assert not result.ok and "not the code the owner approved" in result.content
     assert [f.name for f in registry.failures] == ["adder"]
+    assert not marker.exists()  # the changed bytes were never executed
 
 
-def test_module_broken_on_disk_is_reported_as_failure(sc: SelfCode, ctx: ToolContext) -> None:
+@pytest.mark.parametrize("kind", ["symlink", "hard link", "fifo"])
+def test_a_live_file_that_is_a_link_or_special_file_is_never_read(
+    sc: SelfCode, ctx: ToolContext, tmp_path: Path, kind: str
+) -> None:
     promote(sc, "adder", ADDER)
-    (sc.live_dir / "bad.py").write_text("def run(:\n")
-    rewrite_manifest(sc.live_dir)
+    registry = registry_with(ctx)
+    live = sc.live_dir / "adder.py"
+    elsewhere = tmp_path / "elsewhere.py"
+    elsewhere.write_text(ADDER)  # the approved bytes, even: a second name is still refused
+    live.unlink()
+    if kind == "symlink":
+        live.symlink_to(elsewhere)
+    elif kind == "hard link":
+        os.link(elsewhere, live)
+    else:
+        os.mkfifo(live)  # opened blocking, this would hang the worker
+    result = call(registry, "adder", a=1)
+    assert not result.ok and "cannot load adder.py" in result.content
+
+
+def test_an_approved_module_that_breaks_the_convention_is_reported_as_failure(
+    sc: SelfCode, ctx: ToolContext
+) -> None:
+    promote(sc, "adder", ADDER)
+    sc.promote("bad", "def run(:\n", expected_hash=code_hash("def run(:\n"))  # no gate here
     found, failures = discover(ctx)
     assert [s.name for s in found] == ["adder"]
     assert [f.name for f in failures] == ["bad"]
     assert "syntax error" in failures[0].error
+
+
+def test_a_tampered_tool_is_skipped_and_logged_without_a_strike(
+    sc: SelfCode, ctx: ToolContext, capsys: pytest.CaptureFixture[str]
+) -> None:
+    promote(sc, "adder", ADDER)
+    (sc.live_dir / "adder.py").write_text(ADDER.replace("a + 1", "a + 2"))
+    promote(sc, "other", tool())  # the manifest is rewritten from the store
+    found, failures = discover(ctx)
+    assert [s.name for s in found] == ["other"]
+    assert failures == []
+    assert "selfcoded_module_tampered" in capsys.readouterr().out
 
 
 def test_file_not_in_manifest_is_ignored(
@@ -149,21 +185,26 @@ def test_file_not_in_manifest_is_ignored(
     assert "selfcoded_modules_not_in_manifest" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("damage", ["missing", "corrupt", "wrong_shape"])
-def test_unusable_manifest_falls_back_to_ast_listing(
+@pytest.mark.parametrize("damage", ["missing", "corrupt", "wrong_shape", "old_format"])
+def test_an_unusable_manifest_offers_no_tool_at_all(
     sc: SelfCode, ctx: ToolContext, damage: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # The old discovery fell back to an AST listing of whatever the directory held.
     promote(sc, "adder", ADDER)
+    (sc.live_dir / "smuggled.py").write_text(tool())
     manifest = sc.live_dir / "manifest.json"
     if damage == "missing":
         manifest.unlink()
     elif damage == "corrupt":
-        manifest.write_text('{"format": 1, "tools": [')
+        manifest.write_text('{"format": 2, "tools": [')
+    elif damage == "wrong_shape":
+        manifest.write_text(json.dumps({"format": 2, "tools": [{"name": 3}], "broken": []}))
     else:
-        manifest.write_text(json.dumps({"format": 1, "tools": [{"name": 3}], "broken": []}))
-    registry = registry_with(ctx)
-    assert call(registry, "adder", a=2).content == "3"
+        manifest.write_text(json.dumps({"format": 1, "tools": [], "broken": []}))
+    assert discover(ctx) == ([], [])
     assert "selfcoded_manifest_unusable" in capsys.readouterr().out
+    sc.reconcile()  # the next start writes it again, from the store
+    assert [s.name for s in specs(ctx)] == ["adder"]
 
 
 def test_manifest_entry_pointing_outside_tools_is_refused(
@@ -183,6 +224,37 @@ def test_manifest_entry_pointing_outside_tools_is_refused(
 def test_no_tools_dir_means_no_tools(ctx: ToolContext) -> None:
     assert discover(ctx) == ([], [])
     assert specs(ctx) == []
+    assert discover(dataclasses.replace(ctx, live_tools=None)) == ([], [])
+
+
+@pytest.mark.parametrize(("mode", "fs"), [("off", "auto"), ("best-effort", "none")])
+def test_without_a_filesystem_layer_nothing_is_discovered(
+    settings: Settings,
+    sc: SelfCode,
+    mode: str,
+    fs: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(selfcoded, "_told_off", False)  # said once per process
+    promote(sc, "adder", ADDER)
+    bare = dataclasses.replace(settings, sandbox=SandboxSettings(mode=mode, fs=fs))
+    ctx = context_from_settings(bare)
+    assert "self-coded tools are off" in ctx.selfcoded_off
+    assert discover(ctx) == ([], [])
+    assert "selfcoded_tools_off" in capsys.readouterr().out
+
+
+def test_a_tool_refuses_to_run_in_a_process_without_its_filesystem_layer(
+    settings: Settings, sc: SelfCode
+) -> None:
+    # This test's own process is not confined: a worker whose layer failed to apply, or a
+    # resumed worker before its approved call is done, is in the same position.
+    promote(sc, "adder", ADDER)
+    registry = registry_with(context_from_settings(settings))
+    result = call(registry, "adder", a=1)
+    assert not result.ok and "only under the filesystem sandbox" in result.content
+    assert registry.failures == []  # the tool did not run: no strike
 
 
 def test_quarantined_tool_disappears_and_restored_tool_returns(
@@ -210,8 +282,7 @@ def test_replaced_tool_runs_the_new_code_in_the_same_process(
 ) -> None:
     promote(sc, "adder", ADDER)
     assert call(registry_with(ctx), "adder", a=1).content == "2"
-    sc.stage("adder", ADDER.replace("a + 1", "a + 2"), "", replace=True)
-    sc.promote("adder", replace=True)
+    promote_tested(sc, "adder", ADDER.replace("a + 1", "a + 2"), replace=True)
     assert call(registry_with(ctx), "adder", a=1).content == "3"
 
 

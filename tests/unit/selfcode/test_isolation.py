@@ -10,6 +10,7 @@ and whatever it patches dies with its child.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -24,22 +25,17 @@ from shelldon.worker.tools import context_from_settings
 from shelldon.worker.tools.registry import Registry, ToolContext, execute_tool
 from shelldon.worker.tools.selfcoded import discover
 
-from .samples import tool
-
-
-@pytest.fixture
-def sc(settings: Settings) -> SelfCode:
-    return SelfCode(settings.workspace, settings.limits)
+from .samples import promote, tool
 
 
 @pytest.fixture
 def ctx(settings: Settings) -> ToolContext:
-    return context_from_settings(settings)
+    # In the test's own process, which has no filesystem layer on (the worker's check).
+    return dataclasses.replace(context_from_settings(settings), require_fs_layer=False)
 
 
 def live(sc: SelfCode, ctx: ToolContext, name: str, code: str) -> Registry:
-    sc.stage(name, code, "")
-    sc.promote(name)
+    promote(sc, name, code)
     registry = Registry(ctx)
     found, failures = discover(ctx)
     registry.add_all(found)

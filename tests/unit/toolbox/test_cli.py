@@ -11,7 +11,7 @@ from shelldon.config import Settings
 from shelldon.core.history import Store
 from shelldon.core.manifest import code_hash
 from shelldon.core.selfcode import SelfCode
-from tests.unit.selfcode.samples import ADDER, ADDER_TEST, calling_test, tool
+from tests.unit.selfcode.samples import ADDER, ADDER_TEST, calling_test, promote, tool
 from tests.unit.toolbox.archives import adder_members, regular, shelldon, write_tar
 
 pytestmark = pytest.mark.slow
@@ -20,18 +20,16 @@ FLAKY = tool("Fails a lot.", "raise RuntimeError('boom')")
 
 
 @pytest.fixture
-def sc(settings: Settings) -> SelfCode:
-    sc = SelfCode(settings.workspace, settings.limits)
+def sc(settings: Settings, store: Store) -> SelfCode:
+    sc = SelfCode.from_settings(settings, store)
     for name, code, test in (("adder", ADDER, ADDER_TEST), ("flaky", FLAKY, calling_test("flaky"))):
-        sc.stage(name, code, test)
-        sc.promote(name)
+        promote(sc, name, code, test)
     return sc
 
 
 def quarantine_flaky(settings: Settings, sc: SelfCode) -> None:
-    with Store(settings.database) as store:
-        for _ in range(3):
-            store.strike("flaky", "RuntimeError: boom", time.time())
+    for _ in range(3):
+        sc.store.strike("flaky", "RuntimeError: boom", time.time())
     sc.quarantine("flaky", "failed 3 times: RuntimeError: boom")
 
 
@@ -39,7 +37,10 @@ def test_list_shows_live_staged_and_quarantined_tools_with_strikes(
     settings: Settings, sc: SelfCode
 ) -> None:
     quarantine_flaky(settings, sc)
-    sc.stage("doubler", tool("Double."), calling_test("doubler"))
+    doubler = tool("Double.").encode()
+    sc.store.park_promotion(
+        "t1", 1, "doubler", code_hash(doubler), "tool doubler", time.time(), 60, code=doubler
+    )
     result = shelldon(settings.home, "tools", "list")
     assert result.returncode == 0, result.stderr
     rows = {line.split()[0]: line.split()[1:3] for line in result.stdout.splitlines()[1:4]}
@@ -53,6 +54,24 @@ def test_list_shows_live_staged_and_quarantined_tools_with_strikes(
     # No log noise on the terminal: events go to the home's log file.
     assert result.stderr == ""
     assert (settings.home / "logs" / "shelldon.jsonl").exists()
+
+
+def test_list_and_show_report_tampered_files_which_never_run(
+    settings: Settings, sc: SelfCode
+) -> None:
+    # A live file overwritten after its approval, and a module nobody approved.
+    (sc.live_dir / "adder.py").write_text(ADDER.replace("a + 1", "a + 1000"))
+    (sc.live_dir / "planted.py").write_text(tool())
+    result = shelldon(settings.home, "tools", "list")
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: line.split()[1] for line in result.stdout.splitlines()[1:4]}
+    assert rows == {"flaky": "live", "adder": "tampered", "planted": "tampered"}
+    assert "not run: its code is not what the owner approved" in result.stdout
+    assert "not run: planted.py was never approved" in result.stdout
+    assert "A tampered tool never runs" in result.stdout
+    shown = shelldon(settings.home, "tools", "show", "adder")
+    assert shown.stdout.startswith("adder (tampered)\nNOT RUN: its code is not what")
+    assert f"approved code hash: sha256:{code_hash(ADDER)}" in shown.stdout
 
 
 def test_bare_tools_lists_too(settings: Settings, sc: SelfCode) -> None:
@@ -79,7 +98,7 @@ def test_show_prints_code_description_schema_hash_and_strikes(
     assert "strikes: 0" in out
     assert '"type": "integer"' in out
     assert "        return str(a + 1)" in out
-    assert "tools-tests/test_adder.py" in out
+    assert "toolbox/tests/test_adder.py" in out
 
 
 def test_show_finds_a_quarantined_tool_with_its_reason(settings: Settings, sc: SelfCode) -> None:
@@ -152,5 +171,5 @@ def test_a_hostile_archive_is_refused_at_the_terminal_with_exit_1(
     assert result.stderr == (
         "shelldon tools: member '../evil.py' climbs out with '..' (path traversal); refused\n"
     )
-    assert not (settings.workspace / "tools" / "adder.py").exists()
+    assert not (settings.live_tools / "adder.py").exists()
     assert not (tmp_path / "evil.py").exists()

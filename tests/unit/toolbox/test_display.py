@@ -10,8 +10,6 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-import pytest
-
 from shelldon.config import Settings
 from shelldon.core.gate import GateReport
 from shelldon.core.history import Store
@@ -27,27 +25,20 @@ from shelldon.toolbox import (
     tool_rows,
 )
 from shelldon.toolbox.commands import printable, terminal_ask
-from tests.unit.selfcode.samples import ADDER, ADDER_TEST, calling_test, tool
+from tests.unit.selfcode.samples import ADDER, ADDER_TEST, calling_test, promote, tool
 from tests.unit.toolbox.archives import manifest_entry, regular, toolbox_json, write_tar
 
 # A string literal holding: erase the line, cursor up, carriage return, an RTL override.
 HIDING = tool("Harmless.", "return 'ok'  # \x1b[2K\x1b[1A\u202e evil()")
 
 
-@pytest.fixture
-def sc(settings: Settings) -> SelfCode:
-    return SelfCode(settings.workspace, settings.limits)
-
-
 def test_printable_makes_control_and_bidi_characters_visible() -> None:
     assert printable("a\x1b[2Kb\rc\u202ed\u200be\tf\n") == "a\\x1b[2Kb\\rc\\u202ed\\u200be\tf\n"
 
 
-def test_show_cannot_be_blinded_by_escapes_in_the_code(settings: Settings, sc: SelfCode) -> None:
-    sc.stage("hider", HIDING, calling_test("hider"))
-    sc.promote("hider")
-    with Store(settings.database) as store:
-        text = show_text(store, sc, "hider")
+def test_show_cannot_be_blinded_by_escapes_in_the_code(sc: SelfCode, store: Store) -> None:
+    promote(sc, "hider", HIDING, calling_test("hider"))
+    text = show_text(store, sc, "hider")
     assert "\x1b" not in text and "\u202e" not in text
     assert "\\x1b[2K\\x1b[1A\\u202e evil()" in text
 
@@ -81,7 +72,9 @@ def test_the_description_comes_from_the_code_not_the_archives_claim(tmp_path: Pa
 def test_import_never_overwrites_a_proposal_waiting_for_the_owner(
     settings: Settings, sc: SelfCode
 ) -> None:
-    pending = sc.stage("adder", ADDER, ADDER_TEST)
+    sc.store.park_promotion(
+        "t1", 1, "adder", code_hash(ADDER), "tool adder", 0.0, 1e12, code=ADDER.encode()
+    )
     other = ADDER.replace("Add one", "Add one more")
     archived = ArchivedTool("adder", "", other, ADDER_TEST, code_hash(other))
     asked: list[str] = []
@@ -95,17 +88,16 @@ def test_import_never_overwrites_a_proposal_waiting_for_the_owner(
         refusals = [(e.action, e.code_hash) for e in store.audit_log()]
     assert result.outcome is Outcome.REFUSED
     assert "staged here" in result.message and "--replace" in result.message
-    assert pending.tool_path.read_text() == ADDER
+    assert sc.store.parked_code("adder") == ADDER.encode()
+    assert sc.live() == ()
     assert asked == []
     assert refusals == [("import_refused", code_hash(other))]
 
 
-def test_a_strike_error_cannot_rewrite_the_listing(settings: Settings, sc: SelfCode) -> None:
-    sc.stage("adder", ADDER, ADDER_TEST)
-    sc.promote("adder")
-    with Store(settings.database) as store:
-        store.strike("adder", "ValueError: \x1b[2J\rall good", 1.0)
-        text = list_text(tool_rows(store, sc))
-        shown = show_text(store, sc, "adder")
+def test_a_strike_error_cannot_rewrite_the_listing(sc: SelfCode, store: Store) -> None:
+    promote(sc, "adder", ADDER, ADDER_TEST)
+    store.strike("adder", "ValueError: \x1b[2J\rall good", 1.0)
+    text = list_text(tool_rows(store, sc))
+    shown = show_text(store, sc, "adder")
     assert "\x1b" not in text + shown and "\r" not in text + shown
     assert "ValueError: \\x1b[2J\\rall good" in text

@@ -13,7 +13,7 @@ from shelldon.config import Settings, load_settings
 from shelldon.core.history import Store
 from shelldon.core.manifest import code_hash, read_manifest
 from shelldon.core.selfcode import SelfCode
-from tests.unit.selfcode.samples import ADDER, ADDER_TEST, calling_test, tool
+from tests.unit.selfcode.samples import ADDER, ADDER_TEST, calling_test, promote, tool
 from tests.unit.toolbox.archives import shelldon, toolbox
 
 pytestmark = pytest.mark.slow
@@ -29,12 +29,11 @@ def new_home(tmp_path: Path, name: str) -> Settings:
     return load_settings(environ={"SHELLDON_HOME": str(home)})
 
 
-def promoted(settings: Settings, *tools: tuple[str, str, str]) -> SelfCode:
-    sc = SelfCode(settings.workspace, settings.limits)
-    for name, code, test in tools:
-        sc.stage(name, code, test)
-        sc.promote(name)
-    return sc
+def promoted(settings: Settings, *tools: tuple[str, str, str]) -> None:
+    with Store(settings.database) as store:
+        sc = SelfCode.from_settings(settings, store)
+        for name, code, test in tools:
+            promote(sc, name, code, test)
 
 
 def audit(settings: Settings) -> list[tuple[str, str, str, str]]:
@@ -43,7 +42,7 @@ def audit(settings: Settings) -> list[tuple[str, str, str, str]]:
 
 
 def staging_is_empty(settings: Settings) -> bool:
-    return [p.name for p in (settings.workspace / "tools-staging").iterdir()] == []
+    return [p.name for p in (settings.toolbox / "staging").iterdir()] == []
 
 
 def test_export_then_import_into_a_fresh_home_makes_the_tool_live(tmp_path: Path) -> None:
@@ -69,10 +68,10 @@ def test_export_then_import_into_a_fresh_home_makes_the_tool_live(tmp_path: Path
     assert "Add adder to the toolbox? [y/N]" in imported.stdout
     assert "gate passed: 1 test(s)" in imported.stdout
     assert "2 added" in imported.stdout
-    manifest = {e.name: e.code_hash for e in read_manifest(target.workspace / "tools").entries}
+    manifest = {e.name: e.code_hash for e in read_manifest(target.live_tools).entries}
     assert manifest == {"adder": code_hash(ADDER), "doubler": code_hash(DOUBLER)}
-    assert (target.workspace / "tools" / "adder.py").read_text() == ADDER
-    assert (target.workspace / "tools-tests" / "test_adder.py").read_text() == ADDER_TEST
+    assert (target.live_tools / "adder.py").read_text() == ADDER
+    assert (target.toolbox / "tests" / "test_adder.py").read_text() == ADDER_TEST
     assert staging_is_empty(target)
     assert ("gate", "passed", "adder", code_hash(ADDER)) in audit(target)
     assert ("owner", "promoted", "adder", code_hash(ADDER)) in audit(target)
@@ -85,7 +84,7 @@ def test_the_owner_saying_no_or_nothing_discards_the_tool(tmp_path: Path) -> Non
         result = shelldon(target.home, "tools", "import", str(archive), stdin=answer)
         assert result.returncode == 0, result.stderr
         assert "skipped adder: not added (your answer)" in result.stdout
-        assert not (target.workspace / "tools" / "adder.py").exists()
+        assert not (target.live_tools / "adder.py").exists()
         assert staging_is_empty(target)
     discarded = [a for a in audit(target) if a[1] == "discarded"]
     assert discarded == [("owner", "discarded", "adder", code_hash(ADDER))] * 2
@@ -101,7 +100,7 @@ def test_a_tool_whose_test_fails_is_refused_on_import(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "FAILED adder: gate failed" in result.stdout
     assert "1 added" in result.stdout and "1 failed (adder)" in result.stdout
-    assert [p.name for p in (target.workspace / "tools").glob("*.py")] == ["doubler.py"]
+    assert [p.name for p in (target.live_tools).glob("*.py")] == ["doubler.py"]
     assert staging_is_empty(target)
     assert ("gate", "failed", "adder", code_hash(ADDER)) in audit(target)
 
@@ -113,7 +112,7 @@ def test_a_tool_importing_an_llm_sdk_is_refused_on_import(tmp_path: Path) -> Non
     result = shelldon(target.home, "tools", "import", str(archive), "--yes")
     assert result.returncode == 1
     assert "imports 'anthropic'" in result.stdout
-    assert not (target.workspace / "tools" / "sneaky.py").exists()
+    assert not (target.live_tools / "sneaky.py").exists()
 
 
 def test_a_name_collision_is_refused_unless_replace(tmp_path: Path) -> None:
@@ -125,12 +124,12 @@ def test_a_name_collision_is_refused_unless_replace(tmp_path: Path) -> None:
     refused = shelldon(target.home, "tools", "import", str(archive), "--yes")
     assert refused.returncode == 1
     assert "another version of adder is already live; re-run with --replace" in refused.stdout
-    assert (target.workspace / "tools" / "adder.py").read_text() == ADDER
+    assert (target.live_tools / "adder.py").read_text() == ADDER
     assert ("import", "import_refused", "adder", code_hash(newer)) in audit(target)
 
     replaced = shelldon(target.home, "tools", "import", str(archive), "--yes", "--replace")
     assert replaced.returncode == 0, replaced.stdout + replaced.stderr
-    assert (target.workspace / "tools" / "adder.py").read_text() == newer
+    assert (target.live_tools / "adder.py").read_text() == newer
     assert ("owner", "promoted", "adder", code_hash(newer)) in audit(target)
 
 
@@ -155,11 +154,25 @@ def test_a_tool_without_a_test_cannot_be_gated_so_it_is_refused(tmp_path: Path) 
 
 def test_export_says_which_tools_travel_without_a_test(tmp_path: Path) -> None:
     source = new_home(tmp_path, "home")
-    sc = promoted(source, ("adder", ADDER, ADDER_TEST))
-    (sc.tests_dir / "test_adder.py").unlink()  # promoted before tests were kept
+    promoted(source, ("adder", ADDER, ADDER_TEST))
+    (source.toolbox / "tests" / "test_adder.py").unlink()  # promoted before tests were kept
     result = shelldon(source.home, "tools", "export", str(tmp_path / "t.tar.gz"))
     assert result.returncode == 0
     assert "without a test (an import will refuse these): adder" in result.stdout
+
+
+def test_export_leaves_out_a_tool_that_is_not_the_approved_code(tmp_path: Path) -> None:
+    source = new_home(tmp_path, "home")
+    promoted(source, ("adder", ADDER, ADDER_TEST), ("doubler", DOUBLER, DOUBLER_TEST))
+    (source.live_tools / "doubler.py").write_text(DOUBLER.replace("2 *", "3 *"))
+    (source.live_tools / "planted.py").write_text(tool())
+    archive = tmp_path / "t.tar.gz"
+    result = shelldon(source.home, "tools", "export", str(archive))
+    assert result.returncode == 0, result.stderr
+    assert "exported 1 tool(s)" in result.stdout
+    assert "left out, not the code you approved (tampered): doubler" in result.stdout
+    with tarfile.open(archive) as tar:
+        assert sorted(tar.getnames()) == ["tests/test_adder.py", "toolbox.json", "tools/adder.py"]
 
 
 def test_export_refuses_to_overwrite_a_file_unless_forced(tmp_path: Path) -> None:

@@ -1,24 +1,16 @@
-"""Promotion keeps the tool's test in ``tools-tests/`` so an export can carry it."""
+"""Promotion keeps the tool's test in ``<home>/toolbox/tests/`` so an export can carry it."""
 
 from __future__ import annotations
 
-import pytest
-
 from shelldon.config import Settings
 from shelldon.core.selfcode import SelfCode
-from tests.unit.selfcode.samples import ADDER, ADDER_TEST
+from tests.unit.selfcode.samples import ADDER, ADDER_TEST, promote
 
 
-@pytest.fixture
-def sc(settings: Settings) -> SelfCode:
-    return SelfCode(settings.workspace, settings.limits)
-
-
-def test_promotion_keeps_the_test_out_of_staging(sc: SelfCode) -> None:
-    sc.stage("adder", ADDER, ADDER_TEST)
-    sc.promote("adder")
+def test_promotion_keeps_the_test_out_of_staging(settings: Settings, sc: SelfCode) -> None:
+    promote(sc, "adder", ADDER, ADDER_TEST)
     kept = sc.kept_test("adder")
-    assert kept == sc.workspace / "tools-tests" / "test_adder.py"
+    assert kept == settings.toolbox / "tests" / "test_adder.py"
     assert kept.read_text() == ADDER_TEST
     assert list(sc.staging_dir.iterdir()) == []
     # Discovery never sees it: only the module and the manifest are live.
@@ -26,11 +18,9 @@ def test_promotion_keeps_the_test_out_of_staging(sc: SelfCode) -> None:
 
 
 def test_a_replacement_brings_its_own_test(sc: SelfCode) -> None:
-    sc.stage("adder", ADDER, ADDER_TEST)
-    sc.promote("adder")
+    promote(sc, "adder", ADDER, ADDER_TEST)
     newer_test = ADDER_TEST.replace("test_adds_one", "test_adds_one_again")
-    sc.stage("adder", ADDER.replace("Add one", "Add 1"), newer_test, replace=True)
-    sc.promote("adder", replace=True)
+    promote(sc, "adder", ADDER.replace("Add one", "Add 1"), newer_test, replace=True)
     kept = sc.kept_test("adder")
     assert kept is not None and kept.read_text() == newer_test
 
@@ -41,9 +31,14 @@ def test_a_discarded_tool_keeps_no_test(sc: SelfCode) -> None:
     assert sc.kept_test("adder") is None
 
 
+def test_a_replacement_without_a_test_drops_the_old_one(sc: SelfCode) -> None:
+    promote(sc, "adder", ADDER, ADDER_TEST)
+    promote(sc, "adder", ADDER.replace("Add one", "Add 1"), "", replace=True)
+    assert sc.kept_test("adder") is None
+
+
 def test_a_quarantined_tool_keeps_its_test_for_restore_and_export(sc: SelfCode) -> None:
-    sc.stage("adder", ADDER, ADDER_TEST)
-    sc.promote("adder")
+    promote(sc, "adder", ADDER, ADDER_TEST)
     sc.quarantine("adder", "raised three times")
     assert sc.kept_test("adder") is not None
     sc.restore("adder")

@@ -31,13 +31,14 @@ from shelldon.contracts import (
 )
 from shelldon.core import sandbox
 from shelldon.core.child import SpawnError
+from shelldon.core.history import Store
 from shelldon.core.selfcode import SelfCode
 from shelldon.worker import spawn
 from shelldon.worker.spawn import CRASH_REPLY, EXIT_OK
 from shelldon.worker.tools import Registry, context_from_settings
 from shelldon.worker.tools.selfcoded import toolbox_fingerprint
 from shelldon.worker.zygote import Zygote
-from tests.unit.selfcode.samples import ADDER
+from tests.unit.selfcode.samples import ADDER, promote
 from tests.unit.worker.brain import call, calls, say
 from tests.unit.worker.test_spawn import converse, registry_with, tool_output, wait_exit
 from tests.unit.worker.test_zygote import (
@@ -234,9 +235,8 @@ def test_a_spare_that_cannot_prepare_apologizes_for_the_turn_it_gets(settings: S
 
 
 def _promote_adder(settings: Settings) -> None:
-    sc = SelfCode(settings.workspace, settings.limits)
-    sc.stage("adder", ADDER, "")
-    sc.promote("adder")
+    with Store(settings.database) as store:
+        promote(SelfCode.from_settings(settings, store), "adder", ADDER)
 
 
 def test_a_toolbox_change_after_the_spares_fork_gives_the_turn_the_new_tool(
@@ -263,18 +263,19 @@ def test_a_toolbox_change_after_the_spares_fork_gives_the_turn_the_new_tool(
         z.stop()
 
 
-def test_live_modules_without_a_manifest_get_no_spare(settings: Settings) -> None:
-    # Discovery then reads the modules themselves, which the fingerprint does not cover.
-    tools = settings.workspace / "tools"
-    tools.mkdir()
-    (tools / "adder.py").write_text(ADDER)
-    z = Zygote.start(settings, registry_factory=FACTORY)
+def test_live_modules_without_a_manifest_are_never_offered(settings: Settings) -> None:
+    # No manifest, no self-coded tools: nothing on disk is offered for being there, so the
+    # fingerprint (no manifest, these names) covers what discovery reads and a spare serves.
+    settings.live_tools.mkdir(parents=True)
+    (settings.live_tools / "adder.py").write_text(ADDER)
+    z = Zygote.start(settings)
     try:
-        assert z.spare_pid() is None and children_of(z.pid) == []
+        spare = idle_spare(z)
         with z.spawn_turn(turn()) as handle:
-            _, result = converse(handle, [say("fresh")])
+            assert handle.pid == spare
+            jobs, result = converse(handle, [say("fresh")])
             assert result.reply == "fresh"
-        assert z.spare_pid() is None
+            assert "adder" not in {t.name for t in jobs[0].tools}
     finally:
         z.stop()
 

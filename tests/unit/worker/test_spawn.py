@@ -199,7 +199,9 @@ def test_real_build_registry_is_the_default(
 def test_resume_runs_the_approved_call_in_a_fresh_worker(
     settings: Settings, handles: list[WorkerHandle], tmp_path: Path
 ) -> None:
-    marker = tmp_path / "ran"
+    # In the workspace: the approved call's child may write there and nowhere else.
+    settings.workspace.mkdir(parents=True, exist_ok=True)
+    marker = settings.workspace / "ran"
 
     def risky(ctx: Any, **_: Any) -> str:
         marker.write_text("yes")
