@@ -8,10 +8,11 @@ import time
 import structlog
 from thespian.actors import ActorAddress
 
-from actors.messages import ApprovalTaken, AskOwner, ParkApproval, TakeApproval
+from actors.messages import TOOL_REFUSED, ApprovalTaken, AskOwner, ParkApproval, Reply, TakeApproval
 from actors.wired import WiredActor
 from shelldon.contracts import ContractError, RequestToolApproval, decode, encode
 from shelldon.core.replies import approval_question
+from shelldon.core.risky import describe_call, park_refusal, refused_park_text
 
 log = structlog.get_logger(__name__)
 
@@ -22,18 +23,34 @@ class ApprovalStoreActor(WiredActor):
     def receiveMsg_ParkApproval(self, msg: ParkApproval, sender: ActorAddress) -> None:
         assert self.store is not None and self.settings is not None
         now, call = time.time(), msg.op.call
+        refusal = park_refusal(call)
+        if refusal:
+            # Nothing is parked, so no tap can ever run it; the owner hears what was asked.
+            log.warning("park_refused", turn_id=msg.turn_id, tool=call.name, why=refusal)
+            self.store.audit(
+                "approvals",
+                "refused",
+                call.name,
+                {"args": call.args, "why": refusal},
+                now,
+                turn_id=msg.turn_id,
+            )
+            text = refused_park_text(call, refusal)
+            self.send(self.peers["transport"], Reply(msg.chat_id, text, TOOL_REFUSED))
+            return
         self.store.park_approval(
             msg.turn_id,
             msg.chat_id,
             encode(msg.op),
-            msg.op.summary,
+            describe_call(call),
             now,
             self.settings.limits.approval_ttl_s,
         )
         self.store.audit(
             "worker", "requested", call.name, {"args": call.args}, now, turn_id=msg.turn_id
         )
-        question = approval_question(msg.op.summary)
+        # The parent's own words for the call, never the worker's summary of it.
+        question = approval_question(describe_call(call))
         self.send(self.peers["transport"], AskOwner(msg.chat_id, msg.turn_id, question, call=call))
 
     def receiveMsg_TakeApproval(self, msg: TakeApproval, sender: ActorAddress) -> None:

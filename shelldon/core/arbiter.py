@@ -39,6 +39,7 @@ from shelldon.contracts import (
     decode,
 )
 from shelldon.core.history import Scheduled
+from shelldon.core.risky import park_refusal, refused_park_text
 from shelldon.core.turnwatch import apology
 
 log = structlog.get_logger(__name__)
@@ -517,11 +518,20 @@ class Arbiter:
         effects: list[Effect] = [FinishInbox(result.turn_id)]
         if result.reply:
             effects += [Say(chat_id, result.reply), RecordReply(chat_id, result.reply)]
-        effects += [ApplyOp(result.turn_id, chat_id, op) for op in result.ops]
+        ops = []
+        for op in result.ops:
+            why = park_refusal(op.call) if isinstance(op, RequestToolApproval) else ""
+            if isinstance(op, RequestToolApproval) and why:
+                # Only a RISKY built-in's call is ever parked: nothing waits for a tap.
+                log.warning("park_refused", turn_id=result.turn_id, tool=op.call.name, why=why)
+                effects.append(Say(chat_id, refused_park_text(op.call, why)))
+            else:
+                ops.append(op)
+        effects += [ApplyOp(result.turn_id, chat_id, op) for op in ops]
         if result.tool_failures:
             effects.append(Strike(chat_id, result.tool_failures))
         # The conversation turn is complete, unless it parked (it goes on after the tap).
-        parked = any(isinstance(op, RequestToolApproval) for op in result.ops)
+        parked = any(isinstance(op, RequestToolApproval) for op in ops)
         return [*effects, Pump(idle_chat=None if parked else chat_id)]
 
     def on_turn_lost(self) -> list[Effect]:

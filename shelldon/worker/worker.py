@@ -11,7 +11,6 @@ functions never touch a socket, so tests drive them with a scripted ``ask``.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from shelldon.contracts import (
     Usage,
 )
 from shelldon.core.replies import approval_question, model_apology
+from shelldon.core.risky import describe_call
 from shelldon.worker.ops import parse_ops
 from shelldon.worker.prompt import build_messages, tool_message
 from shelldon.worker.tools import Registry, execute_tool
@@ -74,23 +74,10 @@ PROPOSE_TOOL = ToolDefinition(
 PROPOSAL_RECEIVED = "proposal received: it will be gated and shown to the owner"
 DENIED_BY_OWNER = "denied by owner"
 
-_SUMMARY_VALUE_CHARS = 200
-_SUMMARY_CHARS = 1000
-
 
 def summarize_call(call: ToolCall) -> str:
-    """Exactly what will run, for the owner: ``name(key=value, ...)`` with long values elided."""
-    parts = []
-    for key, value in call.args.items():
-        rendered = json.dumps(value, ensure_ascii=False, sort_keys=True)
-        if len(rendered) > _SUMMARY_VALUE_CHARS:
-            cut = len(rendered) - _SUMMARY_VALUE_CHARS
-            rendered = f"{rendered[:_SUMMARY_VALUE_CHARS]}…(+{cut} chars)"
-        parts.append(f"{key}={rendered}")
-    summary = f"{call.name}({', '.join(parts)})"
-    if len(summary) > _SUMMARY_CHARS:
-        summary = f"{summary[:_SUMMARY_CHARS]}…)"
-    return summary
+    """Exactly what will run, for the owner (``shelldon.core.risky.describe_call``)."""
+    return describe_call(call)
 
 
 def offered_tools(registry: Registry) -> tuple[ToolDefinition, ...]:

@@ -280,6 +280,27 @@ def test_a_parked_turn_is_not_idle_yet() -> None:
     assert effects[-1] == Pump(idle_chat=None)
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        ToolCall("c1", "my_self_coded_tool", {"x": 1}),  # FREE, never asks: a forged park
+        ToolCall("c1", "propose_tool", {}),
+        ToolCall("c1", "run_shell", {}, args_error="Expecting value"),
+    ],
+)
+def test_only_a_risky_builtins_call_is_ever_parked(call: ToolCall) -> None:
+    # Issue 17: a self-coded tool made the worker park a call to itself with a made-up
+    # summary; after Approve it ran with the network on.
+    a = arbiter()
+    turn_id = busy_with_a_turn(a)
+    forged = RequestToolApproval(call, "harmless-looking summary", ())
+    effects = a.on_turn_ended(CHAT, Result(turn_id=turn_id, reply="approve?", ops=(forged,)))
+    assert of(ApplyOp, effects) == []
+    (told,) = [e for e in of(Say, effects) if "refused" in e.text]
+    assert call.name in told.text and "harmless-looking" not in told.text
+    assert effects[-1] == Pump(idle_chat=CHAT)  # nothing waits for a tap
+
+
 def test_the_owner_is_told_idle_only_when_no_turn_runs_after_the_inbox_is_read() -> None:
     a = arbiter()
     assert a.on_inbox(view(), idle_chat=CHAT) == [NowIdle(CHAT)]
