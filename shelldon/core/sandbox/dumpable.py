@@ -61,10 +61,17 @@ def drop_capabilities() -> None:
     effective, permitted, inheritable). A worker under the namespace layer holds all of them
     inside its user namespace, and ``CAP_SYS_PTRACE`` there would let a child of it open the
     worker's ``/proc/<pid>/mem`` whatever its dumpable flag: a self-coded tool's child drops
-    them before the tool's code is loaded. Raises ``OSError`` if the kernel refuses."""
+    them before the tool's code is loaded. A process that holds none (a service outside any
+    user namespace) is left as it is: ``capset`` itself may be filtered there (the unit's
+    ``~@privileged``). Raises ``OSError`` if capabilities are held and cannot be dropped."""
     for cap in range(_CAP_LAST + 1):
         _prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)  # EINVAL past the last cap, EPERM without SETPCAP
     _prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(_LIBC.capget(ctypes.byref(header), ctypes.byref(data)), "capget")
+    if not any(d.effective or d.permitted or d.inheritable for d in data):
+        return
     header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()
     _check(_LIBC.capset(ctypes.byref(header), ctypes.byref(data)), "capset")

@@ -132,33 +132,47 @@ def _child_main(
     code = 1
     try:
         die_with_parent(parent, 1)
-        # No capability (the namespace layer grants them all in its user namespace): with the
-        # worker not dumpable, nothing of the worker's /proc/<pid> opens for the tool.
-        sandbox.drop_capabilities()
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(out_w, 1)
-        os.dup2(out_w, 2)
+        # The reply pipe goes to 3 first: the pipes may already sit on 3 and 4 (a worker holds
+        # few descriptors), and dup2 onto itself is a no-op, dup3 an error.
         reply = 3
-        os.dup2(reply_w, reply, inheritable=False)
-        os.closerange(reply + 1, max(os.sysconf("SC_OPEN_MAX"), 4))
-        # The worker's stream objects may hold its buffered log lines: new ones, over the pipe.
-        sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
+        if reply_w != reply:
+            if out_w == reply:
+                out_w = os.dup(out_w)
+            os.dup2(reply_w, reply)
+        answer: dict[str, Any] | None = None
         try:
-            result = load().run(**args)
-            answer: dict[str, Any] = {"ok": True, "text": _as_text(result)}
-        except BaseException as exc:  # a self-coded tool may raise anything, even exit
-            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        for stream in (sys.stdout, sys.stderr):  # what it printed goes before the answer
-            with contextlib.suppress(Exception):  # a tool may have closed or replaced it
-                stream.flush()
-        data = memoryview(msgpack.packb(answer))
-        while data:
-            data = data[os.write(reply, data) :]
+            # No capability (the namespace layer grants them all in its user namespace): with
+            # the worker not dumpable, nothing of the worker's /proc/<pid> opens for the tool.
+            sandbox.drop_capabilities()
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.dup2(out_w, 1)
+            os.dup2(out_w, 2)
+            os.closerange(reply + 1, max(os.sysconf("SC_OPEN_MAX"), 4))
+            # The worker's stream objects may hold its buffered log lines: new ones, over the pipe.
+            sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
+            sys.stderr = open(2, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
+        except BaseException as exc:
+            answer = {"ok": False, "error": f"its process could not be prepared: {exc}"}
+        if answer is None:
+            try:
+                result = load().run(**args)
+                answer = {"ok": True, "text": _as_text(result)}
+            except BaseException as exc:  # a self-coded tool may raise anything, even exit
+                answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+            for stream in (sys.stdout, sys.stderr):  # what it printed goes before the answer
+                with contextlib.suppress(Exception):  # a tool may have closed or replaced it
+                    stream.flush()
+        _answer(reply, answer)
         code = 0
     finally:
         os._exit(code)
+
+
+def _answer(fd: int, answer: dict[str, Any]) -> None:
+    data = memoryview(msgpack.packb(answer))
+    while data:
+        data = data[os.write(fd, data) :]
 
 
 def _as_text(result: Any) -> str:

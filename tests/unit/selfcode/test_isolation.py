@@ -155,3 +155,33 @@ def test_the_tools_files_are_still_its_own_workspace(
     finally:
         os.chdir(cwd)
     assert Path(settings.workspace / "note.txt").read_text() == "hi"
+
+
+def test_a_call_from_a_worker_holding_few_descriptors_still_answers(
+    sc: SelfCode, ctx: ToolContext
+) -> None:
+    # A worker has closed everything it inherited: the call's pipes land on 3 and 4, where
+    # the child's own moves must not trip over them (seen in the VM: every call exited 1).
+    registry = live(sc, ctx, "adder", tool(body="return str(kwargs['a'] + 1)"))
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - checked through the pipe
+        code = 1
+        try:
+            os.dup2(write_end, 100)
+            os.closerange(3, 100)
+            fds = os.pipe()
+            os.close(fds[0])
+            os.close(fds[1])
+            assert fds == (3, 4), fds
+            result = call(registry, "adder", a=41)
+            os.write(100, f"{result.ok}|{result.content}".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    answer = os.read(read_end, 4096).decode()
+    os.close(read_end)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert answer == "True|42"
