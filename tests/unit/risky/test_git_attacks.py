@@ -357,7 +357,7 @@ with open(ws / "config", "a") as f:
         pytest.param(
             PLANTED_FSMONITOR,
             ["init", "status", "add a.txt", "diff --cached", "commit -m x", "log -p -1"],
-            (),
+            (1, 2, 3, 4, 5),
             id="fsmonitor-pager-editor-extdiff-in-repo-config",
         ),
         pytest.param(
