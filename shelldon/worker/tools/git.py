@@ -231,7 +231,8 @@ def check_git_args(argv: list[str], workspace: Path, vault: Path) -> list[str]:
             continue
         if arg.startswith("--"):
             _check_long(arg)  # even as a pathspec, never let these through
-        # mv can create attribute and submodule files; elsewhere naming them is harmless.
+        # mv can create a submodule file; elsewhere naming it is harmless. (An attributes file
+        # it creates is judged before the next git call, like any other: gitconfig.)
         names = GIT_CONTROL_NAMES if subcommand == "mv" else GIT_DIR_NAMES
         _check_path(arg, workspace, vault, names=names)
     if pending == "file":

@@ -261,7 +261,38 @@ def test_a_local_remotes_config_is_read_before_push_and_fetch(
     _nothing_reached(listener)
 
 
-# --- .gitattributes: a filter or an unknown driver in it is named -------------------------
+# --- .gitattributes: writable now, and a filter in it is named ----------------------------
+
+
+def test_a_plain_gitattributes_can_be_written_and_git_add_works(ctx: ToolContext) -> None:
+    (ctx.workspace / "notes.txt").write_text("hello\n")
+    results = _run(
+        ctx,
+        ("write_file", {"path": ".gitattributes", "content": "*.txt text\n*.py diff=python\n"}),
+        _git("init"),
+        _git("add .gitattributes notes.txt"),
+        _git("commit -m attributes"),
+        _git("show --stat HEAD"),
+    )
+    for ok, content in results:
+        assert ok, content
+    assert ".gitattributes" in results[-1][1]
+
+
+def test_a_written_gitattributes_with_a_filter_makes_the_git_call_refuse_naming_it(
+    ctx: ToolContext,
+) -> None:
+    (ctx.workspace / "notes.txt").write_text("hello\n")
+    results = _run(
+        ctx,
+        _git("init"),
+        ("write_file", {"path": "docs/.gitattributes", "content": "# ok\n*.txt filter=x\n"}),
+        _git("add notes.txt"),
+    )
+    assert results[0][0] and results[1][0], results
+    ok, content = results[2]
+    assert not ok
+    assert "docs/.gitattributes:2: filter=x" in content
 
 
 def test_attribute_lines_name_filters_and_unknown_drivers_only() -> None:
