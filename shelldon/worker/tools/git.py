@@ -38,9 +38,9 @@ from shelldon.worker.tools.gitconfig import (
     attribute_findings,
     config_findings,
     local_remote_findings,
-    read_config,
     refusal,
     remote_urls,
+    repository_config,
     workspace_git_dir,
 )
 from shelldon.worker.tools.jail import resolve_in_jail
@@ -276,7 +276,6 @@ PINNED_CONFIG: tuple[tuple[str, str], ...] = (
     ("protocol.fd.allow", "never"),
     ("protocol.https.allow", "always"),
     ("protocol.file.allow", "always"),
-    ("safe.bareRepository", "explicit"),
     ("submodule.recurse", "false"),
     ("fetch.recurseSubmodules", "false"),
     ("transfer.fsckObjects", "true"),
@@ -338,7 +337,7 @@ TALKING_SUBCOMMANDS = frozenset({"fetch", "pull", "push", "remote"})
 def planted_findings(argv: list[str], workspace: Path, env: dict[str, str]) -> list[Finding]:
     """Everything the workspace's repository (and any local repository this call talks to)
     says that would make git run a program: its config, its attributes files."""
-    entries = read_config(workspace, env)
+    entries = repository_config(workspace, env)
     found = config_findings(entries, workspace, workspace, scopes=("local", "worktree"))
     found += attribute_findings(workspace, workspace_git_dir(workspace))
     if argv[0] in TALKING_SUBCOMMANDS:

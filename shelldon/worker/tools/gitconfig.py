@@ -242,14 +242,21 @@ def git_dir_of(path: Path) -> Path | None:
 
 
 def workspace_git_dir(workspace: Path) -> Path | None:
-    """The git directory of the workspace's own repository (``.git``, or where a ``.git`` file
-    points), or None if there is none."""
+    """The git directory of the workspace's own repository (``.git``, followed as git follows
+    it, or where a ``.git`` file points), or None if there is none."""
     dot_git = workspace / ".git"
-    if dot_git.is_symlink():
-        return None
     if dot_git.is_file():
         return _read_gitfile(dot_git)
     return dot_git if dot_git.is_dir() else None
+
+
+def repository_config(workspace: Path, env: Mapping[str, str]) -> list[ConfigEntry]:
+    """The config of the workspace's repository as git reads it; empty (no ``git`` run) when
+    the workspace has no ``.git`` at all. (Implicit bare repositories are pinned off:
+    ``safe.bareRepository=explicit``; discovery above the workspace stops at its parent.)"""
+    if not os.path.lexists(workspace / ".git"):
+        return []
+    return read_config(workspace, env)
 
 
 def _read_gitfile(path: Path) -> Path | None:

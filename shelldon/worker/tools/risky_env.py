@@ -37,6 +37,8 @@ NO_GIT_PROGRAMS: tuple[tuple[str, str], ...] = (
     ("core.fsmonitor", "false"),
     # git reads ~/.config/git/attributes even with no global config: never a planted one.
     ("core.attributesFile", "/dev/null"),
+    # A planted bare repository (config, HEAD, objects) at the workspace root is no repository.
+    ("safe.bareRepository", "explicit"),
 )
 
 

@@ -35,7 +35,7 @@ from shelldon.core.child import (
     sweep_descendants,
 )
 from shelldon.core.limits import ProcessLimits, preexec_with_limits
-from shelldon.worker.tools.gitconfig import config_findings, read_config, refusal
+from shelldon.worker.tools.gitconfig import config_findings, refusal, repository_config
 from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
 from shelldon.worker.tools.risky_env import ChildRun, fresh_home, risky_env
 
@@ -146,9 +146,14 @@ def prepare_shell(workspace: Path, command: str, home: Path) -> ChildRun:
     if not command.strip():
         raise ToolError("run_shell needs a command, e.g. 'ls -la'")
     env = risky_env(workspace, home)
-    findings = config_findings(
-        read_config(workspace, env), workspace, workspace, scopes=("local", "worktree")
-    )
+    try:
+        entries = repository_config(workspace, env)
+    except ToolError as exc:
+        # A config git cannot read makes every git in the command fail before it runs
+        # anything; the command may be the repair (rm -rf .git), so it is not refused.
+        log.info("run_shell_repository_config_unreadable", error=str(exc))
+        entries = []
+    findings = config_findings(entries, workspace, workspace, scopes=("local", "worktree"))
     if findings:
         raise refusal(findings, "run_shell")
     return ChildRun(("/bin/sh", "-c", command), env, "command")

@@ -192,6 +192,24 @@ def test_the_same_planted_filter_refuses_git_run_through_run_shell(
     _nothing_reached(listener)
 
 
+def test_a_bare_repository_planted_at_the_workspace_root_is_no_repository_for_run_shell(
+    ctx: ToolContext, listener: Listener
+) -> None:
+    # Config, HEAD and objects as plain files at the top: no ".git" for the check to find, so
+    # git itself must refuse to treat the workspace as a repository (safe.bareRepository).
+    ws = ctx.workspace
+    subprocess.run(["git", "init", "-q", "--bare", str(ws)], check=True)
+    with open(ws / "config", "a") as config:
+        config.write(f'[core]\n\tbare = false\n\tworktree = {ws}\n'
+                     f'[filter "x"]\n\tclean = "{_exfiltrate(ctx, listener)}; cat"\n')  # fmt: skip
+    (ws / ".gitattributes").write_text("* filter=x\n")
+    (ws / "a.txt").write_text("x\n")
+    ((ok, content),) = _run(ctx, _sh("git add a.txt"))
+    assert not ok
+    assert "safe.bareRepository" in content
+    _nothing_reached(listener)
+
+
 def test_a_dot_git_file_pointing_outside_the_workspace_is_refused(
     ctx: ToolContext, tmp_path: Path
 ) -> None:
@@ -203,12 +221,16 @@ def test_a_dot_git_file_pointing_outside_the_workspace_is_refused(
     assert "outside the workspace" in content
 
 
-def test_a_broken_repository_config_is_refused_not_guessed_at(ctx: ToolContext) -> None:
+def test_a_broken_repository_config_is_refused_by_git_but_a_shell_may_repair_it(
+    ctx: ToolContext,
+) -> None:
     _setup_repo(ctx.workspace)
     _append_config(ctx.workspace, "[filter\n\tclean = x\n")
-    ((ok, content),) = _run(ctx, _git("status"))
-    assert not ok
-    assert "cannot read the config" in content
+    (git_ok, git_says), (shell_ok, shell_says) = _run(ctx, _git("status"), _sh("rm -rf .git"))
+    assert not git_ok
+    assert "cannot read the config" in git_says
+    assert shell_ok, shell_says
+    assert not (ctx.workspace / ".git").exists()
 
 
 # --- git: another local repository a fetch or push talks to --------------------------------
