@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import os
 import select
 import time
@@ -39,6 +38,8 @@ from shelldon.core.history import Store
 from shelldon.transport.console import (
     ConsoleSession,
     Prompt,
+    format_approval,
+    format_gate,
     format_reply,
     format_you,
     story_step_budget_s,
@@ -262,11 +263,9 @@ class TransportActor(ContractActor):
         self.asked[msg.turn_id] = promotion
         if msg.call is not None:
             # The turn's reply has just asked the question; show exactly what would run.
-            args = json.dumps(msg.call.args, ensure_ascii=False)
-            lines = [f"           ↳ {msg.call.name} {args}"]
+            lines = [format_approval(msg.call)]
         else:
-            lines = [format_reply(msg.text).rstrip("\n")]
-            lines.append("           gate " + msg.gate_summary.replace("\n", "\n           "))
+            lines = [format_reply(msg.text).rstrip("\n"), format_gate(msg.gate_summary)]
         answer = self.session.ask(msg.turn_id, promotion)
         if answer is not None:
             lines.append(

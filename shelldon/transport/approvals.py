@@ -1,9 +1,10 @@
 """What the owner sees and taps to decide: approval texts, the ✅/❌ keyboard, its callback data.
 
-A RISKY call's message shows the tool and exactly what will run (command, URL, path; long
-content as a preview); a promotion's shows the new tool's code, its test and the gate summary.
-Values too long for one message travel as documents sent before it, so the message that
-carries the keyboard always fits in one piece and can be edited when the owner decides.
+A RISKY call's message shows the tool and exactly what will run (command, URL, path), with
+hidden characters marked and non-ASCII hosts spelled out (``card``); a promotion's shows the
+new tool's code, its test and the gate summary. Values too long for one message travel whole
+as documents sent before it, so the message that carries the keyboard always fits in one piece
+and can be edited when the owner decides.
 
 Callback data is ``<a|d>:<turn id>:<mac>``, at most 64 bytes; the MAC (keyed by a secret the
 transport derives from the bot token) makes a forged or altered tap a ``InvalidCallback``.
@@ -20,7 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from shelldon.contracts import ToolCall
-from shelldon.transport.render import MAX_MESSAGE_CHARS, bold, code, escape, pre, reveal, utf16_len
+from shelldon.transport.card import PREVIEW_CHARS, ArgumentCard, describe_call
+from shelldon.transport.render import MAX_MESSAGE_CHARS, bold, code, escape, pre, utf16_len
+from shelldon.transport.visible import reveal
 
 MAX_CALLBACK_BYTES = 64
 """Telegram's limit on an inline button's callback_data."""
@@ -30,14 +33,8 @@ TURN_ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,40}")
 
 _MAC_CHARS = 16  # 96 bits of HMAC-SHA256, base64url
 _CALLBACK = re.compile(r"([ad]):([A-Za-z0-9_-]{1,40}):([A-Za-z0-9_-]{16})")
-_PREVIEW_CHARS = 600
-_EXACT_CHARS = 2500  # past this an exact value goes into a document instead of the message
 _GATE_TAIL_CHARS = 1200
 _DESCRIPTION_CHARS = 500
-# Argument names whose values are bulk data (previewed); every other value is shown whole.
-_BULK_ARGS = frozenset(
-    {"content", "contents", "data", "body", "text", "code", "input", "stdin", "patch", "payload"}
-)
 
 
 # ---------------------------------------------------------------- callback data
@@ -127,13 +124,6 @@ class ApprovalView:
     documents: tuple[Document, ...] = ()
 
 
-def _preview(value: str, limit: int = _PREVIEW_CHARS) -> tuple[str, str]:
-    """The first ``limit`` characters of ``value`` and a note of how much was left out."""
-    if len(value) <= limit:
-        return value, ""
-    return value[:limit], f" (first {limit} of {len(value)} characters)"
-
-
 def _tail_within(text: str, budget: int) -> str:
     """The longest tail of ``text`` whose escaped form fits ``budget`` UTF-16 units."""
     start = max(0, len(text) - budget)
@@ -142,50 +132,71 @@ def _tail_within(text: str, budget: int) -> str:
     return text[start:]
 
 
-def _as_text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, indent=1, sort_keys=True, default=repr)
-
-
 def _safe_filename(name: str, suffix: str) -> str:
     stem = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:40] or "value"
     return f"{stem}{suffix}"
 
 
-def render_risky_approval(call: ToolCall, summary: str = "") -> ApprovalView:
-    """The approval message for a parked RISKY call: the tool and exactly what it will do."""
-    lines = [f"🔐 {bold('Approve a RISKY call?')}", f"Tool: {code(reveal(call.name))}"]
-    if summary:
-        lines.append(f"<i>{escape(reveal(summary[:_DESCRIPTION_CHARS]))}</i>")
-    documents: list[Document] = []
-    for name, value in call.args.items():
-        text = reveal(_as_text(value))
-        label = bold(reveal(str(name)))
-        if str(name).lower() in _BULK_ARGS:
-            shown, note = _preview(text)
-            lines.append(f"{label}{escape(note)}\n{pre(shown)}")
-        elif len(text) <= _EXACT_CHARS:
-            lines.append(f"{label}\n{pre(text)}")
-        else:
-            filename = _safe_filename(str(name), ".txt")
-            documents.append(Document(filename, _as_text(value).encode("utf-8", "replace")))
-            shown, note = _preview(text)
-            lines.append(f"{label}{escape(note)}, in full in {code(filename)} above\n{pre(shown)}")
-    if not call.args:
-        lines.append("<i>(no arguments)</i>")
-    text = "\n".join(lines)
-    if utf16_len(text) > MAX_MESSAGE_CHARS:
-        # Many medium arguments together: send them all as one document and name them here.
-        everything = json.dumps(call.args, ensure_ascii=False, indent=1, default=repr)
-        documents = [Document("arguments.json", everything.encode("utf-8", "replace"))]
-        text = "\n".join(
-            [
-                f"🔐 {bold('Approve a RISKY call?')}",
-                f"Tool: {code(reveal(call.name))}",
-                f"Its {len(call.args)} arguments are in full in {code('arguments.json')} above.",
-            ]
+def _argument_block(arg: ArgumentCard, taken: set[str]) -> tuple[str, Document | None]:
+    """One argument on the card: the whole value, or a preview and the whole as a document."""
+    label = bold(arg.label)
+    if arg.fits:
+        block, document = f"{label}\n{pre(arg.shown())}", None
+    else:
+        filename = _safe_filename(arg.name, ".txt")
+        stem = filename.removesuffix(".txt")
+        n = 2
+        while filename in taken:
+            filename, n = f"{stem}-{n}.txt", n + 1
+        taken.add(filename)
+        caption = (
+            f"{arg.label[:200]}: all {len(arg.exact)} characters, exactly as the tool gets them"
         )
+        document = Document(filename, arg.exact.encode("utf-8", "replace"), escape(caption))
+        note = f" (first {PREVIEW_CHARS} of {len(arg.exact)} characters)"
+        block = (
+            f"{label}{escape(note)}, in full in {code(filename)} above\n"
+            f"{pre(arg.shown(PREVIEW_CHARS))}"
+        )
+    notes = "".join(f"\n{escape(line)}" for line in arg.notes())
+    return block + notes, document
+
+
+def render_risky_approval(call: ToolCall, summary: str = "") -> ApprovalView:
+    """The approval message for a parked RISKY call: the tool and exactly what it will do.
+
+    Every hidden character is marked and listed, every non-ASCII host is shown with the name
+    it resolves as, and a value too long for the card is attached whole as a document (with a
+    preview on the card): nothing the tool will get is left out of what the owner sees.
+    """
+    head = [f"🔐 {bold('Approve a RISKY call?')}", f"Tool: {code(reveal(call.name))}"]
+    if summary:
+        head.append(f"<i>{escape(reveal(summary[:_DESCRIPTION_CHARS]))}</i>")
+    arguments = describe_call(call)
+    taken: set[str] = set()
+    blocks, documents = [], []
+    for arg in arguments:
+        block, document = _argument_block(arg, taken)
+        blocks.append(block)
+        if document is not None:
+            documents.append(document)
+    if not arguments:
+        blocks.append("<i>(no arguments)</i>")
+    text = "\n".join(head + blocks)
+    if utf16_len(text) <= MAX_MESSAGE_CHARS:
+        return ApprovalView(text=text, documents=tuple(documents))
+    # Many medium arguments together: send them all as one document and name them here, with
+    # every warning still on the card (or, if even those overflow it, in a document of theirs).
+    everything = json.dumps(call.args, ensure_ascii=False, indent=1, default=repr)
+    documents = [Document("arguments.json", everything.encode("utf-8", "replace"))]
+    head.append(f"Its {len(call.args)} arguments are in full in {code('arguments.json')} above.")
+    notes = [line for arg in arguments for line in arg.notes()]
+    text = "\n".join(head + [escape(line) for line in notes])
+    if utf16_len(text) > MAX_MESSAGE_CHARS:
+        documents.append(Document("warnings.txt", "\n".join(notes).encode("utf-8", "replace")))
+        names = ", ".join(sorted({arg.label for arg in arguments if arg.notes()}))
+        warning = f"⚠ hidden characters or non-ASCII hosts in: {names[:500]} (all in warnings.txt)"
+        text = "\n".join([*head, escape(warning)])
     return ApprovalView(text=text, documents=tuple(documents))
 
 

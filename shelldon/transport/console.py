@@ -2,6 +2,8 @@
 
 Used by ``shelldon chat`` (lines typed by the owner) and ``shelldon demo`` (a story of lines fed
 one per turn; ``--yes`` answers every approval). The owner at the console is user 0 in chat 0.
+Everything printed passes ``visible.for_terminal``: a model's text never reaches the terminal
+with an escape sequence in it.
 """
 
 from __future__ import annotations
@@ -9,8 +11,10 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass
 
-from shelldon.contracts import Decision, InboundMessage
+from shelldon.contracts import Decision, InboundMessage, ToolCall
 from shelldon.core.arbiter import CONSOLE_CHAT, CONSOLE_USER
+from shelldon.transport.card import describe_call
+from shelldon.transport.visible import for_terminal, reveal
 
 YES = ("y", "yes", "ok", "approve", "sure")
 
@@ -129,12 +133,40 @@ def story_step_budget_s(turn_timeout_s: float, gate_timeout_s: float) -> float:
     return 2 * turn_timeout_s + gate_timeout_s + STEP_SLACK_S
 
 
+INDENT = " " * 11  # the width of the "shelldon" prompt
+
+
 def format_reply(text: str) -> str:
-    """How shelldon's replies look in the terminal."""
-    body = text.rstrip().replace("\n", "\n           ")
+    """How shelldon's replies look in the terminal (controls a terminal would obey, such as
+    escape sequences in a model's reply, are shown as ``⟦U+XXXX⟧``, never sent raw)."""
+    body = for_terminal(text.rstrip()).replace("\n", "\n" + INDENT)
     return f"shelldon › {body}\n"
 
 
 def format_you(text: str) -> str:
     """How the owner's (or the story's) lines look in the terminal."""
-    return f"     you › {text}\n"
+    return f"     you › {for_terminal(text)}\n"
+
+
+def format_gate(summary: str) -> str:
+    """A gate run's summary (output of a model-written test) under a promotion question."""
+    return INDENT + "gate " + for_terminal(summary).replace("\n", "\n" + INDENT)
+
+
+def format_approval(call: ToolCall) -> str:
+    """What an approved call would run, as the console shows it before ``[y/N]``: the tool and
+    every argument whole (a terminal has no length limit, so nothing is cut), hidden
+    characters marked and listed, non-ASCII hosts spelled out, as on the Telegram card."""
+    lines = [f"{INDENT}↳ {reveal(call.name)}"]
+    deeper = INDENT + "    "
+    for arg in describe_call(call):
+        value = arg.shown()
+        if "\n" in value:
+            lines.append(f"{INDENT}  {arg.label}:")
+            lines += [deeper + line if line else "" for line in value.split("\n")]
+        else:
+            lines.append(f"{INDENT}  {arg.label}: {value}")
+        lines += [f"{INDENT}  {note}" for note in arg.notes()]
+    if not call.args:
+        lines.append(f"{INDENT}  (no arguments)")
+    return for_terminal("\n".join(lines))

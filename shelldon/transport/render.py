@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import html
 import re
-import unicodedata
 
 MAX_MESSAGE_CHARS = 4096
 """Telegram's limit on one message's text (UTF-16 code units)."""
@@ -19,7 +18,6 @@ _ATOM = re.compile(r"<[^<>]*>|&#?[0-9A-Za-z]+;|\n|[^<&\n]+|[<&]")
 _OPEN_TAG = re.compile(r"<([A-Za-z][A-Za-z0-9-]*)(?:\s[^<>]*)?>")
 _CLOSE_TAG = re.compile(r"</([A-Za-z][A-Za-z0-9-]*)\s*>")
 _TAG = re.compile(r"<[^<>]*>")
-_VISIBLE_CONTROLS = {"\n", "\t"}
 
 
 def utf16_len(text: str) -> int:
@@ -58,29 +56,6 @@ def code(text: str) -> str:
 def bold(text: str) -> str:
     """``text`` in bold, escaped."""
     return f"<b>{escape(text)}</b>"
-
-
-def reveal(text: str) -> str:
-    """``text`` with invisible and direction-changing characters shown as ``⟦U+XXXX⟧``.
-
-    What the owner approves must read exactly as it runs: a right-to-left override or a
-    zero-width space could otherwise make ``rm -rf ~`` look like something harmless.
-    """
-    out = []
-    for ch in text:
-        if ch not in _VISIBLE_CONTROLS and unicodedata.category(ch) in {
-            "Cc",
-            "Cf",
-            "Cs",
-            "Co",
-            "Cn",
-            "Zl",
-            "Zp",
-        }:
-            out.append(f"⟦U+{ord(ch):04X}⟧")
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 def to_plain(text: str) -> str:

@@ -11,6 +11,7 @@ import asyncio
 import ipaddress
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -23,9 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from aiohttp import web
 
 from shelldon.core.child import process_table
-from shelldon.worker.tools.git import check_git_args, git
+from shelldon.worker.tools.git import check_git_args, git, git_env, planted_findings, prepare_git
+from shelldon.worker.tools.gitconfig import attribute_findings, read_config
 from shelldon.worker.tools.http import make_http_get
 from shelldon.worker.tools.registry import ToolContext
+from shelldon.worker.tools.risky_env import fresh_home
 from shelldon.worker.tools.shell import run_shell
 from shelldon.worker.tools.ssrf import DEFAULT_POLICY, AddressPolicy, normalize_host
 from shelldon.worker.tools.write import write_file
@@ -84,6 +87,7 @@ def bench() -> None:
     measure("run_shell 'sleep 60 &' (bg child killed)", lambda: run_shell(ctx, "sleep 60 &"), 30)
     git(ctx, "init")
     measure("git status (policy + sanitized env + run)", lambda: git(ctx, "status"), 20)
+    bench_neutral_git(ctx)
     measure(
         "write_file 1 KiB (jail, fsync, rename)", lambda: write_file(ctx, "a.txt", "x" * 1024), 200
     )
@@ -95,6 +99,56 @@ def bench() -> None:
         lambda: http_get(ctx, f"http://127.0.0.1:{port}/"),
         50,
     )
+
+
+def _fresh_home_round_trip() -> None:
+    with fresh_home():
+        pass
+
+
+def _prepare(ctx: ToolContext, args: str) -> None:
+    with fresh_home() as home:
+        prepare_git(ctx.workspace, ctx.vault, args, home)
+
+
+def bench_neutral_git(ctx: ToolContext) -> None:
+    """What issue 18's point 2 adds to an approved git call: the fresh HOME (made, written,
+    removed), and reading the repository's config (one ``git config`` run), its attributes
+    files (a walk of the workspace) and, for a fetch or push, each local remote's config."""
+    ws = ctx.workspace
+    measure("neutral: fresh_home (mkdtemp, gitconfig, rmtree)", _fresh_home_round_trip, 200)
+    with fresh_home() as home:
+        env = git_env(ws, home)
+        measure("neutral: read_config (git config --list)", lambda: read_config(ws, env), 50)
+        measure(
+            "neutral: attributes walk (empty workspace)",
+            lambda: attribute_findings(ws, ws / ".git"),
+            200,
+        )
+        for d in range(100):
+            (ws / f"dir{d}").mkdir(exist_ok=True)
+            for f in range(10):
+                (ws / f"dir{d}" / f"f{f}.txt").write_text("x")
+        (ws / "dir7" / ".gitattributes").write_text("*.txt text\n")
+        measure(
+            "neutral: attributes walk (1000 files, 100 dirs)",
+            lambda: attribute_findings(ws, ws / ".git"),
+            100,
+        )
+        measure(
+            "neutral: planted_findings, git status",
+            lambda: planted_findings(["status"], ws, env),
+            50,
+        )
+        subprocess.run(["git", "init", "-q", "--bare", str(ws / "remote.git")], check=True)
+        git(ctx, "remote add origin remote.git")
+        measure(
+            "neutral: planted_findings, git push (1 local remote)",
+            lambda: planted_findings(["push", "origin", "main"], ws, env),
+            50,
+        )
+    measure("neutral: prepare_git status, total", lambda: _prepare(ctx, "status"), 50)
+    measure("git status end to end (with 1000 files)", lambda: git(ctx, "status"), 20)
 
 
 def _refused(host: str) -> None:

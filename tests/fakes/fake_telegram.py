@@ -52,6 +52,10 @@ class _BadRequest(Exception):
         self.status = status
 
 
+MAX_CAPTION = 1024
+"""Telegram's limit on a document's caption, after entity parsing (UTF-16 code units)."""
+
+
 def _utf16_len(text: str) -> int:
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
@@ -478,7 +482,11 @@ class FakeTelegram:
             raise _BadRequest("Bad Request: there is no document in the request")
         caption = params.get("caption")
         if caption:
-            parse_html(caption) if params.get("parse_mode") == "HTML" else None
+            shown = parse_html(caption) if params.get("parse_mode") == "HTML" else caption
+            if _utf16_len(shown.strip()) > MAX_CAPTION:
+                raise _BadRequest("Bad Request: message caption is too long")
+        if not document.get("content"):
+            raise _BadRequest("Bad Request: file must be non-empty")
         message_id = self._new_message_id()
         self.documents.append(
             {"chat_id": chat_id, "message_id": message_id, "caption": caption, **document}

@@ -1,6 +1,6 @@
 """RISKY ``git``: a closed allowlist of git subcommands, run without a shell in the workspace.
 
-Two layers. ``check_git_args`` decides on the argument list alone: the first word must be an
+Three layers. ``check_git_args`` decides on the argument list alone: the first word must be an
 allowlisted subcommand (so no global flags at all: ``-c``, ``-C``, ``--git-dir``, ``-p``...);
 options that run programs, redirect the repository or read and write files outside the
 workspace are refused anywhere, including the abbreviations git accepts (``--upload-pa``) and
@@ -8,12 +8,19 @@ their ``=value`` forms (``rev-parse --git-dir``, which only prints, is the one e
 exception); transport-helper URLs (``ext::``, ``fd::``, any ``name::address``) are refused;
 path-shaped arguments must stay in the workspace.
 
-``git_env`` then runs git with an environment of its own choosing: no ``GIT_*`` variable from
-outside, no system or global config, and command-line-scope config (``GIT_CONFIG_COUNT``, which
-outranks the repository's own ``.git/config``) that points hooks at /dev/null, disables
-fsmonitor, pins editors, pagers, ssh and signing programs to harmless ones, ignores implicit
-bare repositories and allows only the https and file transports. So even a repository whose
-config was tampered with by some other route cannot make an approved git call run its hooks.
+``git_env`` then runs git with an environment of its own choosing: nothing from outside (no
+``GIT_*`` variable), a fresh empty HOME whose only file is a pinned global config, no system
+config, and command-line-scope config (``GIT_CONFIG_COUNT``, which outranks the repository's
+own ``.git/config``) that points hooks at /dev/null, disables fsmonitor, pins editors, pagers,
+ssh and signing programs to harmless ones, ignores implicit bare repositories and allows only
+the https and file transports.
+
+What env config cannot blank out (filter, diff and merge drivers, ``remote.*.uploadpack``, URL
+rewrites, includes, aliases: ``gitconfig.PROGRAM_KEYS``) is looked for before the run, in the
+repository's config as git reads it, in its attributes files, and in the config of any local
+repository a fetch or push talks to (``planted_findings``); the call is refused naming each.
+``prepare_git`` does all of this and returns the child to start, so whichever process runs the
+approved call starts exactly that.
 """
 
 from __future__ import annotations
@@ -26,9 +33,26 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from shelldon.contracts import Tier, ToolDefinition
+from shelldon.worker.tools.gitconfig import (
+    Finding,
+    attribute_findings,
+    config_findings,
+    local_remote_findings,
+    refusal,
+    remote_urls,
+    repository_config,
+    workspace_git_dir,
+)
 from shelldon.worker.tools.jail import resolve_in_jail
 from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
-from shelldon.worker.tools.shell import child_env, run_tool_process
+from shelldon.worker.tools.risky_env import (
+    NO_GIT_PROGRAMS,
+    ChildRun,
+    fresh_home,
+    git_config_env,
+    risky_env,
+)
+from shelldon.worker.tools.shell import run_child
 from shelldon.worker.tools.ssrf import DEFAULT_POLICY, HostRefused, normalize_host
 from shelldon.worker.tools.write import GIT_CONTROL_NAMES, GIT_DIR_NAMES, git_control_reason
 
@@ -207,7 +231,8 @@ def check_git_args(argv: list[str], workspace: Path, vault: Path) -> list[str]:
             continue
         if arg.startswith("--"):
             _check_long(arg)  # even as a pathspec, never let these through
-        # mv can create attribute and submodule files; elsewhere naming them is harmless.
+        # mv can create a submodule file; elsewhere naming it is harmless. (An attributes file
+        # it creates is judged before the next git call, like any other: gitconfig.)
         names = GIT_CONTROL_NAMES if subcommand == "mv" else GIT_DIR_NAMES
         _check_path(arg, workspace, vault, names=names)
     if pending == "file":
@@ -236,10 +261,7 @@ def _check_short(arg: str, subcommand: str, workspace: Path, vault: Path) -> str
 
 # Command-line-scope config: outranks system, global and the repository's own config.
 PINNED_CONFIG: tuple[tuple[str, str], ...] = (
-    ("core.hooksPath", "/dev/null"),
-    ("core.fsmonitor", "false"),
-    # HOME is the workspace, and git reads ~/.config/git/attributes even with no global config.
-    ("core.attributesFile", "/dev/null"),
+    *NO_GIT_PROGRAMS,  # hooks, fsmonitor, attributes file
     ("core.sshCommand", "false"),
     ("core.pager", "cat"),
     ("core.editor", ":"),
@@ -250,9 +272,10 @@ PINNED_CONFIG: tuple[tuple[str, str], ...] = (
     ("gpg.ssh.program", "false"),
     ("gpg.x509.program", "false"),
     ("protocol.allow", "never"),
+    ("protocol.ext.allow", "never"),
+    ("protocol.fd.allow", "never"),
     ("protocol.https.allow", "always"),
     ("protocol.file.allow", "always"),
-    ("safe.bareRepository", "explicit"),
     ("submodule.recurse", "false"),
     ("fetch.recurseSubmodules", "false"),
     ("transfer.fsckObjects", "true"),
@@ -276,14 +299,9 @@ def with_safe_defaults(argv: list[str]) -> list[str]:
     return argv
 
 
-def git_env(workspace: Path) -> dict[str, str]:
-    """The whole environment git runs with: nothing inherited but PATH, config pinned."""
+def git_env(workspace: Path, home: Path) -> dict[str, str]:
+    """The whole environment git runs with: the neutral one around ``home``, config pinned."""
     extra = {
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_SYSTEM": "/dev/null",
-        "GIT_CONFIG_GLOBAL": "/dev/null",
-        "GIT_CEILING_DIRECTORIES": str(workspace.parent),
-        "GIT_TERMINAL_PROMPT": "0",
         "GIT_PROTOCOL_FROM_USER": "0",
         "GIT_EDITOR": ":",
         "GIT_PAGER": "cat",
@@ -292,12 +310,9 @@ def git_env(workspace: Path) -> dict[str, str]:
         "GIT_AUTHOR_EMAIL": "shelldon@localhost",
         "GIT_COMMITTER_NAME": "shelldon",
         "GIT_COMMITTER_EMAIL": "shelldon@localhost",
-        "GIT_CONFIG_COUNT": str(len(PINNED_CONFIG)),
+        **git_config_env(PINNED_CONFIG),
     }
-    for index, (key, value) in enumerate(PINNED_CONFIG):
-        extra[f"GIT_CONFIG_KEY_{index}"] = key
-        extra[f"GIT_CONFIG_VALUE_{index}"] = value
-    return child_env(workspace, extra)
+    return risky_env(workspace, home, extra)
 
 
 NETWORK_SUBCOMMANDS = frozenset({"fetch", "pull", "push", "clone", "ls-remote"})
@@ -314,16 +329,42 @@ def talks_to_a_remote(call_args: dict[str, Any]) -> bool:
     return bool(words) and words[0] in NETWORK_SUBCOMMANDS
 
 
-def git(ctx: ToolContext, args: str) -> str:
-    """Run ``git <args>`` (split like a shell would, but no shell) in the workspace."""
+# Subcommands that talk to another repository, whose upload-pack or receive-pack then runs
+# with that repository's own config (git clears GIT_CONFIG_COUNT for a local transport).
+TALKING_SUBCOMMANDS = frozenset({"fetch", "pull", "push", "remote"})
+
+
+def planted_findings(argv: list[str], workspace: Path, env: dict[str, str]) -> list[Finding]:
+    """Everything the workspace's repository (and any local repository this call talks to)
+    says that would make git run a program: its config, its attributes files."""
+    entries = repository_config(workspace, env)
+    found = config_findings(entries, workspace, workspace, scopes=("local", "worktree"))
+    found += attribute_findings(workspace, workspace_git_dir(workspace))
+    if argv[0] in TALKING_SUBCOMMANDS:
+        named = [arg for arg in argv[1:] if not arg.startswith("-")]
+        found += local_remote_findings([*remote_urls(entries), *named], workspace, env)
+    return found
+
+
+def prepare_git(workspace: Path, vault: Path, args: str, home: Path) -> ChildRun:
+    """The child an approved ``git <args>`` starts, or ``ToolError`` naming why it may not:
+    the argument policy (``check_git_args``), then what the repository itself says."""
     try:
         argv = shlex.split(args)
     except ValueError as exc:
         raise ToolError(f"cannot split git arguments {args!r}: {exc}") from None
-    check_git_args(argv, ctx.workspace, ctx.vault)
-    return run_tool_process(
-        ctx, ["git", *with_safe_defaults(argv)], git_env(ctx.workspace), f"git {argv[0]}"
-    )
+    check_git_args(argv, workspace, vault)
+    env = git_env(workspace, home)
+    findings = planted_findings(argv, workspace, env)
+    if findings:
+        raise refusal(findings, f"git {argv[0]}")
+    return ChildRun(("git", *with_safe_defaults(argv)), env, f"git {argv[0]}")
+
+
+def git(ctx: ToolContext, args: str) -> str:
+    """Run ``git <args>`` (split like a shell would, but no shell) in the workspace."""
+    with fresh_home() as home:
+        return run_child(ctx, prepare_git(ctx.workspace, ctx.vault, args, home))
 
 
 SCHEMA: dict[str, Any] = {

@@ -35,12 +35,13 @@ from shelldon.core.child import (
     sweep_descendants,
 )
 from shelldon.core.limits import ProcessLimits, preexec_with_limits
+from shelldon.worker.tools.gitconfig import config_findings, refusal, repository_config
 from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
+from shelldon.worker.tools.risky_env import ChildRun, fresh_home, risky_env
 
 log = structlog.get_logger(__name__)
 
 TERM_GRACE_S = 0.5
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,23 +124,6 @@ def _pump(child: Child, output: Output, deadline: float) -> bool:
     return True
 
 
-def child_env(workspace: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The whole environment a tool child sees: a PATH, HOME in the workspace, a UTF-8 locale."""
-    # Only absolute PATH entries: an empty or relative one would run programs from the workspace.
-    entries = [
-        e for e in os.environ.get("PATH", DEFAULT_PATH).split(os.pathsep) if e.startswith("/")
-    ]
-    env = {
-        "PATH": os.pathsep.join(entries) or DEFAULT_PATH,
-        "HOME": str(workspace),
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "TERM": "dumb",
-    }
-    env.update(extra or {})
-    return env
-
-
 def limits_of(ctx: ToolContext) -> ProcessLimits:
     """The RLIMITs a tool child runs under."""
     return ProcessLimits(address_space_mb=ctx.rlimit_as_mb, cpu_s=ctx.rlimit_cpu_s)
@@ -154,35 +138,55 @@ def render(outcome: RunOutcome, cap: int) -> str:
     return text
 
 
-def run_shell(ctx: ToolContext, command: str) -> str:
-    """Run ``command`` with ``/bin/sh -c`` in the workspace; its output, or ToolError on failure."""
+def prepare_shell(workspace: Path, command: str, home: Path) -> ChildRun:
+    """The child an approved ``run_shell`` starts: ``/bin/sh -c command`` in the workspace with
+    the neutral environment around ``home``. Raises ``ToolError`` for an empty command, or
+    when the workspace's git repository names programs for git to run (the command may well
+    run git: ``git add`` would start a planted filter)."""
     if not command.strip():
         raise ToolError("run_shell needs a command, e.g. 'ls -la'")
-    return run_tool_process(ctx, ["/bin/sh", "-c", command], child_env(ctx.workspace), "command")
+    env = risky_env(workspace, home)
+    try:
+        entries = repository_config(workspace, env)
+    except ToolError as exc:
+        # A config git cannot read makes every git in the command fail before it runs
+        # anything; the command may be the repair (rm -rf .git), so it is not refused.
+        log.info("run_shell_repository_config_unreadable", error=str(exc))
+        entries = []
+    findings = config_findings(entries, workspace, workspace, scopes=("local", "worktree"))
+    if findings:
+        raise refusal(findings, "run_shell")
+    return ChildRun(("/bin/sh", "-c", command), env, "command")
 
 
-def run_tool_process(ctx: ToolContext, argv: list[str], env: dict[str, str], what: str) -> str:
-    """Run a RISKY tool's process in the workspace under the caps; its output, or ToolError
+def run_shell(ctx: ToolContext, command: str) -> str:
+    """Run ``command`` with ``/bin/sh -c`` in the workspace; its output, or ToolError on failure."""
+    with fresh_home() as home:
+        return run_child(ctx, prepare_shell(ctx.workspace, command, home))
+
+
+def run_child(ctx: ToolContext, run: ChildRun) -> str:
+    """Run a prepared RISKY child in the workspace under the caps; its output, or ToolError
     saying it could not start, timed out (output so far) or failed (exit status)."""
     try:
         outcome = run_bounded(
-            argv,
+            run.argv,
             ctx.workspace,
             ctx.shell_timeout_s,
             limits_of(ctx),
             max_output_bytes=ctx.max_output_chars,
-            env=env,
+            env=run.env,
         )
     except OSError as exc:
-        raise ToolError(f"could not start {argv[0]}: {exc.strerror or exc}") from None
+        raise ToolError(f"could not start {run.argv[0]}: {exc.strerror or exc}") from None
     text = render(outcome, ctx.max_output_chars)
     if outcome.timed_out:
         raise ToolError(
-            f"{what} timed out after {ctx.shell_timeout_s:g}s and was killed; output so far:\n"
-            + text
+            f"{run.what} timed out after {ctx.shell_timeout_s:g}s and was killed; output so "
+            "far:\n" + text
         )
     if outcome.returncode != 0:
-        raise ToolError(f"{what} exited with status {outcome.returncode}:\n{text}")
+        raise ToolError(f"{run.what} exited with status {outcome.returncode}:\n{text}")
     return text or "(no output)"
 
 

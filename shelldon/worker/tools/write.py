@@ -3,10 +3,11 @@
 The path goes through the jail and the deny list like every file tool. On top of that, git's
 control files are refused anywhere in the workspace: any path through a ``.git`` component
 (``.git/config``, ``.git/hooks/``, ``.git/info/attributes``, or a ``.git`` *file*, which can
-point the repository at any directory), and ``.gitattributes`` / ``.gitmodules`` files. The git
-tool pins hooks, fsmonitor, editors and protocols through its environment, but filter, diff and
-merge drivers are named by attributes and defined in repository config; refusing both halves
-means an approved write can never arm a later approved git call.
+point the repository at any directory), and ``.gitmodules`` files. ``.gitattributes`` may be
+written: an attribute only names a filter or a driver, which repository config would have to
+define, and before every approved git call the git tool refuses both a config that defines one
+and an attributes file that names one (``gitconfig``), so a written ``.gitattributes`` arms
+nothing.
 
 The path is resolved like every file tool's (a symlink that stays inside the workspace is
 followed, and its resolved target is what the deny list and the git rules judge), and the write
@@ -37,7 +38,7 @@ WRITE_CAP_BYTES = 64 * 1024
 # Names git reads its behaviour from, refused as any path component (compared case-folded, and
 # with the trailing dots and spaces Windows-style filesystems drop, as git's own checks do).
 GIT_DIR_NAMES = frozenset({".git", "git~1"})
-GIT_CONTROL_NAMES = GIT_DIR_NAMES | {".gitattributes", ".gitmodules"}
+GIT_CONTROL_NAMES = GIT_DIR_NAMES | {".gitmodules"}
 
 
 def git_control_reason(
@@ -48,8 +49,8 @@ def git_control_reason(
         folded = unicodedata.normalize("NFKC", part).casefold().rstrip(". ")
         if folded in names:
             return (
-                f"'{path}' is refused: {part} controls what git runs (hooks, config, filter and "
-                "diff drivers); change git settings by asking the owner"
+                f"'{path}' is refused: {part} controls what git runs (hooks, config, "
+                "submodules); change git settings by asking the owner"
             )
     return None
 
@@ -152,7 +153,7 @@ def specs() -> list[ToolSpec]:
         name="write_file",
         description=(
             "Create or replace a text file in the workspace (at most 64 KiB; parent directories "
-            "are created). Git's control files (.git/, .gitattributes, .gitmodules) are refused."
+            "are created). Git's control files (.git/, .gitmodules) are refused."
         ),
         params_schema=SCHEMA,
         tier=Tier.RISKY,

@@ -166,7 +166,7 @@ def test_a_hostile_parent_environment_does_not_reach_git(ctx: ToolContext, tmp_p
 
 
 def test_dotfiles_in_the_workspace_home_are_not_read(ctx: ToolContext) -> None:
-    # HOME is the workspace; a written ~/.gitconfig or ~/.config/git/* must change nothing.
+    # HOME was the workspace once; a written ~/.gitconfig or ~/.config/git/* must change nothing.
     hostile = "[status]\n\tshowUntrackedFiles = no\n[core]\n\tfsmonitor = touch pwned\n"
     (ctx.workspace / ".gitconfig").write_text(hostile)
     (ctx.workspace / ".config" / "git").mkdir(parents=True)
@@ -180,7 +180,7 @@ def test_dotfiles_in_the_workspace_home_are_not_read(ctx: ToolContext) -> None:
 
 
 def test_git_env_pins_hooks_fsmonitor_protocols_and_drops_outside_variables(tmp_path: Path) -> None:
-    env = git_env(tmp_path / "workspace")
+    env = git_env(tmp_path / "workspace", tmp_path / "home")
     pinned = {
         env[f"GIT_CONFIG_KEY_{i}"]: env[f"GIT_CONFIG_VALUE_{i}"]
         for i in range(int(env["GIT_CONFIG_COUNT"]))
@@ -190,9 +190,11 @@ def test_git_env_pins_hooks_fsmonitor_protocols_and_drops_outside_variables(tmp_
     assert pinned["protocol.allow"] == "never"
     assert pinned["protocol.https.allow"] == "always"
     assert pinned["safe.bareRepository"] == "explicit"
-    assert env["GIT_CONFIG_GLOBAL"] == "/dev/null"
+    assert pinned["protocol.ext.allow"] == "never"
+    assert env["GIT_CONFIG_GLOBAL"] == str(tmp_path / "home" / "gitconfig")
     assert env["GIT_CONFIG_NOSYSTEM"] == "1"
-    assert env["HOME"] == str(tmp_path / "workspace")
+    assert env["HOME"] == str(tmp_path / "home")
+    assert env["PYTHONNOUSERSITE"] == "1"
     allowed_git_vars = {
         "GIT_CONFIG_NOSYSTEM", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_GLOBAL", "GIT_CEILING_DIRECTORIES",
         "GIT_TERMINAL_PROMPT", "GIT_PROTOCOL_FROM_USER", "GIT_EDITOR", "GIT_PAGER",

@@ -221,7 +221,6 @@ def test_transport_helpers_and_non_https_remotes_are_refused(
         ["mv", "-f", "evil.cfg", ".git/config"],
         ["mv", "hook.sh", ".git/hooks/pre-commit"],
         ["mv", "hook.sh", ".GIT/hooks/pre-commit"],
-        ["mv", "attrs", ".gitattributes"],
         ["mv", "mods", "sub/.gitmodules"],
         ["mv", "gitfile", "sub/.git"],
         ["checkout", "HEAD", "--", ".git/config"],
@@ -279,6 +278,8 @@ def test_benign_arguments_pass_the_policy(ctx: ToolContext) -> None:
         ["rev-parse", "--git-common-dir"],
         ["rev-parse", "--show-toplevel"],
         ["add", ".gitattributes", ".gitignore"],
+        # Relaxed: an attributes file arms nothing now; the next git call judges what it says.
+        ["mv", "attrs", ".gitattributes"],
         ["log", "--", ".gitmodules"],
         ["show", "HEAD:.gitattributes"],
         ["remote", "add", "origin", "https://github.com/owner/repo.git"],
@@ -357,7 +358,7 @@ with open(ws / "config", "a") as f:
         pytest.param(
             PLANTED_FSMONITOR,
             ["init", "status", "add a.txt", "diff --cached", "commit -m x", "log -p -1"],
-            (),
+            (1, 2, 3, 4, 5),
             id="fsmonitor-pager-editor-extdiff-in-repo-config",
         ),
         pytest.param(

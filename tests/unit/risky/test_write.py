@@ -95,9 +95,6 @@ GIT_CONTROL_PATHS = [
     ".git./config",
     ".git /config",
     "GIT~1/config",
-    ".gitattributes",
-    "src/.gitattributes",
-    ".GITATTRIBUTES",
     ".gitmodules",
     "vendor/lib/.gitmodules",
     "\uff0egit/config",  # fullwidth full stop folds to '.' under NFKC

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from shelldon.contracts import Decision, InboundMessage
+from shelldon.contracts import Decision, InboundMessage, ToolCall
 from shelldon.transport.console import (
     STEP_SLACK_S,
     ConsoleSession,
+    format_approval,
+    format_gate,
     format_reply,
+    format_you,
     story_step_budget_s,
 )
 
@@ -105,3 +108,26 @@ def test_chat_sessions_have_no_story_to_stop() -> None:
     assert not s.on_settled(promotion=False, approved=False)
     assert not s.on_tool_refused()
     assert not s.failure
+
+
+# --- what reaches the terminal (issue 18): controls escaped, the call shown whole ------------
+
+
+def test_escape_sequences_in_a_model_reply_never_reach_the_terminal_raw() -> None:
+    hostile = "done\x1b]0;owned\x07\x1b[2J\x1b[1A\rtotally safe\x9b1m\u202e"
+    for shown in (format_reply(hostile), format_gate(hostile), format_you(hostile)):
+        assert not any(ch in shown for ch in "\x1b\x07\r\x9b\u202e"), shown
+        assert "⟦U+001B⟧]0;owned⟦U+0007⟧" in shown
+
+
+def test_the_console_shows_an_approval_whole_with_the_same_warnings_as_the_card() -> None:
+    content = "".join(f"row {i}\n" for i in range(3000)) + "end\u202e\x1b[2J\n"
+    call = ToolCall("c", "write_file", {"path": "big.txt", "content": content})
+    shown = format_approval(call)
+    assert "\x1b" not in shown and "\u202e" not in shown
+    assert "↳ write_file" in shown and "path: big.txt" in shown
+    assert "row 0" in shown and "row 2999" in shown  # nothing cut
+    assert "end⟦U+202E⟧⟦U+001B⟧[2J" in shown
+    assert "U+202E RIGHT-TO-LEFT OVERRIDE (line 3001, column 4)" in shown
+    url_call = ToolCall("c", "http_get", {"url": "https://g\u043e\u043egle.com/"})
+    assert "it is xn--ggle-55da.com" in format_approval(url_call)

@@ -162,3 +162,80 @@ def test_long_promotion_sends_code_and_test_as_documents() -> None:
     assert view.documents[0].content.decode() == code
     visible = parse_html(view.text)
     assert "1 passed" in visible and "2000 lines" in visible
+
+
+# --- the card shows what really runs (issue 18) --------------------------------------------
+
+CYRILLIC_GITHUB = "g\u0456thub.com"
+
+
+@pytest.mark.parametrize(
+    "sneaky",
+    ["\u202e", "\u2066", "\u200b", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u3164", "\u00a0",
+     "\u3000", "\ufe0f", "\U000e0041", "\x1b", "\ue000"],
+    ids=lambda c: f"U+{ord(c):04X}",
+)  # fmt: skip
+def test_every_hidden_character_in_a_command_is_marked_and_named(sneaky: str) -> None:
+    command = f"rm -rf ./build{sneaky} /"
+    visible = parse_html(
+        render_risky_approval(ToolCall("c", "run_shell", {"command": command})).text
+    )
+    assert sneaky not in visible
+    marker = f"U+{ord(sneaky):04X}"
+    assert f"⟦{marker}⟧" in visible
+    assert f"1 hidden character, marked ⟦U+…⟧: {marker}" in visible
+    assert "line 1, column 15" in visible
+
+
+def test_a_homoglyph_host_is_shown_as_written_and_as_punycode() -> None:
+    url = f"https://{CYRILLIC_GITHUB}/owner/repo.git"
+    for call in (
+        ToolCall("c", "http_get", {"url": url}),
+        ToolCall("c", "git", {"args": f"remote add origin {url}"}),
+        ToolCall("c", "git", {"args": f"remote add origin git@{CYRILLIC_GITHUB}:owner/repo"}),
+    ):
+        visible = parse_html(render_risky_approval(call).text)
+        assert f"host {CYRILLIC_GITHUB} is not ASCII: it is xn--gthub-n2e.com" in visible
+
+
+def test_long_file_content_is_attached_whole_never_cut() -> None:
+    content = "".join(f"line {i}: <ok> & fine\n" for i in range(400)) + "tail\u202e end\n"
+    view = render_risky_approval(
+        ToolCall("c", "write_file", {"path": "notes.txt", "content": content})
+    )
+    assert utf16_len(view.text) <= MAX_MESSAGE_CHARS
+    (document,) = view.documents
+    assert document.filename == "content.txt"
+    assert document.content.decode() == content  # exactly what write_file gets
+    visible = parse_html(view.text)
+    assert f"first 600 of {len(content)} characters" in visible and "content.txt" in visible
+    # The override is far past the preview, and still named on the card with where it is.
+    assert "U+202E RIGHT-TO-LEFT OVERRIDE (line 401, column 5)" in visible
+    assert parse_html(document.caption).startswith("content: all ")
+
+
+def test_many_arguments_in_one_document_keep_their_warnings_on_the_card() -> None:
+    args = {f"arg{i}": "v" * 2000 for i in range(5)}
+    args["url"] = f"https://{CYRILLIC_GITHUB}/x\u200b"
+    view = render_risky_approval(ToolCall("c", "tool", args))
+    assert utf16_len(view.text) <= MAX_MESSAGE_CHARS
+    assert [d.filename for d in view.documents] == ["arguments.json"]
+    visible = parse_html(view.text)
+    assert "xn--gthub-n2e.com" in visible and "U+200B ZERO WIDTH SPACE" in visible
+
+
+def test_warnings_too_many_for_the_card_go_in_a_document_of_their_own() -> None:
+    sneaky = "".join(chr(c) for c in range(0xE000, 0xE000 + 40))
+    args = {f"a{i}": f"{sneaky} https://g\u043e{i}.com/" * 3 for i in range(60)}
+    view = render_risky_approval(ToolCall("c", "tool", args))
+    assert utf16_len(view.text) <= MAX_MESSAGE_CHARS
+    names = [d.filename for d in view.documents]
+    assert names == ["arguments.json", "warnings.txt"]
+    warnings = view.documents[1].content.decode()
+    assert warnings.count("hidden characters") == 60 and "xn--" in warnings
+    assert "warnings.txt" in parse_html(view.text)
+
+
+def test_two_long_arguments_get_two_documents_with_distinct_names() -> None:
+    call = ToolCall("c", "tool", {"a b": "x" * 3000, "a_b": "y" * 3000})
+    assert [d.filename for d in render_risky_approval(call).documents] == ["a_b.txt", "a_b-2.txt"]

@@ -11,7 +11,6 @@ from shelldon.transport.render import (
     MAX_MESSAGE_CHARS,
     escape,
     pre,
-    reveal,
     split_message,
     to_plain,
     utf16_len,
@@ -89,14 +88,6 @@ def test_empty_or_blank_text_yields_no_messages() -> None:
 
 def test_short_text_is_one_message_unchanged() -> None:
     assert split_message("<b>hi</b>\nthere") == ["<b>hi</b>\nthere"]
-
-
-def test_reveal_makes_direction_overrides_and_zero_width_visible() -> None:
-    sneaky = "echo safe\u202e~ fr- mr\u200b"
-    shown = reveal(sneaky)
-    assert "\u202e" not in shown and "\u200b" not in shown
-    assert "⟦U+202E⟧" in shown and "⟦U+200B⟧" in shown
-    assert reveal("tabs\tand\nnewlines stay") == "tabs\tand\nnewlines stay"
 
 
 def test_to_plain_drops_tags_and_decodes_entities() -> None:
