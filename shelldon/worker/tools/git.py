@@ -315,7 +315,7 @@ def git_env(workspace: Path, home: Path) -> dict[str, str]:
     return risky_env(workspace, home, extra)
 
 
-NETWORK_SUBCOMMANDS = frozenset({"fetch", "pull", "push", "clone", "ls-remote"})
+NETWORK_SUBCOMMANDS = frozenset({"fetch", "pull", "push", "clone", "ls-remote", "remote"})
 """Subcommands that talk to a remote: only these keep the network when approved."""
 
 
