@@ -19,6 +19,7 @@ from shelldon.contracts import (
     ToolResult,
     TurnRequest,
 )
+from shelldon.worker.catalogue import catalogue_text
 
 _MARKER = re.compile(r"<(/?)(tool_output)", re.IGNORECASE)
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.\-]")
@@ -56,10 +57,20 @@ def tool_list(tools: tuple[ToolDefinition, ...]) -> str:
     return line + "."
 
 
+CATALOGUE_INTRO = (
+    "Your own tools, written by you and approved by the owner (call describe_tools with their "
+    "names to see how to call them):"
+)
+
+
 def system_prompt(
-    request: TurnRequest, settings: Settings, tools: tuple[ToolDefinition, ...]
+    request: TurnRequest,
+    settings: Settings,
+    tools: tuple[ToolDefinition, ...],
+    catalogue: tuple[ToolDefinition, ...] = (),
 ) -> str:
-    """The system message text: persona, remembered facts, tools, the untrusted-data rule, ops."""
+    """The system message text: persona, remembered facts, tools, the catalogue of self-coded
+    tools (one line each: ``worker.catalogue``), the untrusted-data rule, ops."""
     parts = [settings.brain.persona.strip()]
     if request.facts:
         facts = "\n".join(f"- {fact}" for fact in request.facts)
@@ -69,6 +80,8 @@ def system_prompt(
         f"{tool_list(tools)} Call a tool when it helps (at most {limit} tool runs per turn); "
         "answer in plain text when you are done."
     )
+    if catalogue:
+        parts.append(f"{CATALOGUE_INTRO}\n{catalogue_text(catalogue)}")
     parts.append(UNTRUSTED_RULE)
     parts.append(OPS_RULE)
     return "\n\n".join(parts)
@@ -103,11 +116,14 @@ def owner_text(request: TurnRequest) -> str:
 
 
 def build_messages(
-    request: TurnRequest, settings: Settings, tools: tuple[ToolDefinition, ...]
+    request: TurnRequest,
+    settings: Settings,
+    tools: tuple[ToolDefinition, ...],
+    catalogue: tuple[ToolDefinition, ...] = (),
 ) -> tuple[Message, ...]:
     """SYSTEM prompt, then the recent conversation window, then the owner's text."""
     return (
-        Message(Role.SYSTEM, system_prompt(request, settings, tools)),
+        Message(Role.SYSTEM, system_prompt(request, settings, tools, catalogue)),
         *recent_history(request.history, settings.limits.history_chars),
         Message(Role.USER, owner_text(request)),
     )

@@ -38,9 +38,17 @@ from shelldon.contracts import (
 )
 from shelldon.core.replies import approval_question, model_apology
 from shelldon.core.risky import describe_call
+from shelldon.worker.catalogue import (
+    DESCRIBE_TOOLS,
+    catalogue,
+    definition_text,
+    describe,
+    loaded_in,
+)
 from shelldon.worker.ops import parse_ops
 from shelldon.worker.prompt import build_messages, tool_message
 from shelldon.worker.tools import Registry, execute_tool
+from shelldon.worker.tools.registry import check_args
 
 log = structlog.get_logger(__name__)
 
@@ -80,10 +88,25 @@ def summarize_call(call: ToolCall) -> str:
     return describe_call(call)
 
 
-def offered_tools(registry: Registry) -> tuple[ToolDefinition, ...]:
-    """The registry's tools plus ``propose_tool`` (which no registered tool may shadow)."""
-    own = tuple(d for d in registry.definitions() if d.name != PROPOSE_TOOL.name)
-    return (*own, PROPOSE_TOOL)
+def self_coded(registry: Registry) -> tuple[ToolDefinition, ...]:
+    """The live self-coded tools, offered through the catalogue (names the loop answers itself
+    are left out: no registered tool shadows them)."""
+    return catalogue(registry, (PROPOSE_TOOL.name, DESCRIBE_TOOLS.name))
+
+
+def offered_tools(
+    registry: Registry, loaded: frozenset[str] | set[str] = frozenset()
+) -> tuple[ToolDefinition, ...]:
+    """What one Job offers in full: the built-ins, the self-coded tools this turn ``loaded``,
+    ``describe_tools`` when there are self-coded tools, and ``propose_tool``."""
+    reserved = (PROPOSE_TOOL.name, DESCRIBE_TOOLS.name)
+    own = tuple(
+        d
+        for d in registry.definitions()
+        if d.name not in reserved and (not registry.specs[d.name].self_coded or d.name in loaded)
+    )
+    describe_tool = (DESCRIBE_TOOLS,) if self_coded(registry) else ()
+    return (*own, *describe_tool, PROPOSE_TOOL)
 
 
 @dataclass(slots=True)
@@ -104,6 +127,9 @@ class _Turn:
     output_tokens: int = 0
     ops: list[Op] = field(default_factory=list)
     best_text: str = ""
+    # The self-coded tools described or called this turn: offered in full from then on.
+    known: tuple[ToolDefinition, ...] = ()
+    loaded: set[str] = field(default_factory=set)
 
     def result(self, reply: str) -> Result:
         return Result(
@@ -160,11 +186,29 @@ class _Turn:
             self.tool_executions += 1
             if call.name == PROPOSE_TOOL.name:
                 result = self.propose(call)
+            elif call.name == DESCRIBE_TOOLS.name:
+                result, names = describe(call, self.known, self.registry.context.max_output_chars)
+                self.loaded.update(names)
+            elif (unloaded := self.unloaded(call)) is not None:
+                result = unloaded
             elif runner is not None:
                 result = runner(self.registry, call)
             else:
                 result = execute_tool(self.registry, call, approved=approved)
         self.messages.append(tool_message(call, result))
+
+    def unloaded(self, call: ToolCall) -> ToolResult | None:
+        """A call of a self-coded tool the model has not loaded: from now on it is offered in
+        full; if its arguments break the real schema, the answer carries that schema (None:
+        run it as usual)."""
+        tool = next((t for t in self.known if t.name == call.name), None)
+        if tool is None or call.name in self.loaded:
+            return None
+        self.loaded.add(call.name)
+        problem = check_args(tool.params_schema, call.args) if not call.args_error else None
+        if not problem:
+            return None
+        return ToolResult(call.id, False, f"{call.name}: {problem}\n\n{definition_text(tool)}")
 
     def propose(self, call: ToolCall) -> ToolResult:
         if call.args_error:
@@ -207,10 +251,10 @@ class _Turn:
 
 
 def _loop(turn: _Turn) -> Result:
-    tools = offered_tools(turn.registry)
     while True:
         if turn.time_is_short():
             return turn.give_up("I ran out of time for this turn")
+        tools = offered_tools(turn.registry, turn.loaded)
         offered = tools if turn.executions_left > 0 else ()
         answer = turn.ask(Job(turn.turn_id, tuple(turn.messages), offered, turn.deadline))
         turn.model_calls += 1
@@ -243,7 +287,8 @@ def run_turn(
     clock: Clock = time.monotonic,
 ) -> Result:
     """Run one owner (or scheduled) turn to its ``Result``; never raises for expected failures."""
-    messages = list(build_messages(request, settings, offered_tools(registry)))
+    known = self_coded(registry)
+    messages = list(build_messages(request, settings, offered_tools(registry), known))
     turn = _Turn(
         request.turn_id,
         registry,
@@ -253,6 +298,7 @@ def run_turn(
         clock,
         messages,
         executions_left=settings.limits.max_tool_executions,
+        known=known,
     )
     return _loop(turn)
 
@@ -298,7 +344,9 @@ def run_resume(
         clock,
         messages,
         executions_left=max(1, left),
+        known=self_coded(registry),
     )
+    turn.loaded = loaded_in(messages, turn.known)
     if request.approved:
         # The owner approved this exact call, so the ceiling grants it its one run.
         turn.run_call(parked.call, approved=True, runner=run_approved)

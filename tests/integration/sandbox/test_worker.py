@@ -20,6 +20,7 @@ from shelldon.config import Settings, load_settings
 from shelldon.contracts import ToolCall, TurnRequest
 from shelldon.core import sandbox
 from shelldon.worker.spawn import EXIT_OK, spawn_turn
+from tests.unit.worker.brain import reachable
 
 from .conftest import confined
 from .probe import (
@@ -184,7 +185,7 @@ def test_without_a_filesystem_layer_no_self_coded_tool_is_offered_or_run(
     finally:
         code = finish(handle)
     assert result.reply == "done" and code == EXIT_OK
-    assert "probe" not in {t.name for t in jobs[0].tools}
+    assert "probe" not in reachable(jobs[0])
     ok, text = outputs(jobs[-1])["c-probe"]
     assert not ok and "unknown tool" in text.lower()
     assert "the-vault-secret" not in text

@@ -8,6 +8,7 @@ from typing import Any
 
 from shelldon.config import Settings
 from shelldon.contracts import Completion, Job, JobFailed, Tier, ToolCall, ToolDefinition, Usage
+from shelldon.worker.prompt import CATALOGUE_INTRO
 from shelldon.worker.tools import Registry, ToolError, ToolSpec, context_from_settings
 
 OPEN_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
@@ -80,3 +81,17 @@ def make_registry(settings: Settings, counters: Counters) -> Registry:
     tool("delete", Tier.RISKY, lambda **kw: f"deleted {kw.get('path')}")
     tool("deploy", Tier.RISKY, lambda **kw: "deployed")
     return registry
+
+
+def catalogued(job: Job) -> set[str]:
+    """The self-coded tools a Job's system prompt lists in its catalogue (one per line)."""
+    system = job.messages[0].content if job.messages else ""
+    if CATALOGUE_INTRO not in system:
+        return set()
+    block = system.split(CATALOGUE_INTRO, 1)[1].strip("\n").split("\n\n", 1)[0]
+    return {line.split(":", 1)[0] for line in block.splitlines() if line}
+
+
+def reachable(job: Job) -> set[str]:
+    """Every tool a Job lets the model reach: offered in full or listed in the catalogue."""
+    return {t.name for t in job.tools} | catalogued(job)

@@ -39,7 +39,7 @@ from shelldon.worker.tools import Registry, context_from_settings
 from shelldon.worker.tools.selfcoded import toolbox_fingerprint
 from shelldon.worker.zygote import Zygote
 from tests.unit.selfcode.samples import ADDER, promote
-from tests.unit.worker.brain import call, calls, say
+from tests.unit.worker.brain import call, calls, catalogued, reachable, say
 from tests.unit.worker.test_spawn import converse, registry_with, tool_output, wait_exit
 from tests.unit.worker.test_zygote import (
     cgroup_settings,  # noqa: F401 - a fixture
@@ -251,14 +251,14 @@ def test_a_toolbox_change_after_the_spares_fork_gives_the_turn_the_new_tool(
         with z.spawn_turn(turn()) as handle:
             assert handle.pid != stale
             jobs, _ = converse(handle, [say("ok")])
-            assert "adder" in {t.name for t in jobs[0].tools}
+            assert "adder" in catalogued(jobs[0])
         assert gone(stale)  # killed and reaped, never used
         # The next spare was forked after the change: it has the tool and is used.
         spare = idle_spare(z)
         with z.spawn_turn(turn("t-next")) as handle:
             assert handle.pid == spare
             jobs, _ = converse(handle, [say("ok")])
-            assert "adder" in {t.name for t in jobs[0].tools}
+            assert "adder" in catalogued(jobs[0])
     finally:
         z.stop()
 
@@ -275,7 +275,7 @@ def test_live_modules_without_a_manifest_are_never_offered(settings: Settings) -
             assert handle.pid == spare
             jobs, result = converse(handle, [say("fresh")])
             assert result.reply == "fresh"
-            assert "adder" not in {t.name for t in jobs[0].tools}
+            assert "adder" not in reachable(jobs[0])
     finally:
         z.stop()
 
