@@ -23,12 +23,15 @@ from pathlib import Path
 import pytest
 
 from shelldon.config import SandboxSettings, Settings
-from shelldon.contracts import Tier, ToolCall, ToolDefinition
+from shelldon.contracts import Role, Tier, ToolCall, ToolDefinition, TurnRequest
 from shelldon.core.manifest import code_hash
 from shelldon.core.selfcode import SelfCode
 from shelldon.worker.tools import context_from_settings, selfcoded
 from shelldon.worker.tools.registry import Registry, ToolContext, ToolSpec, execute_tool
 from shelldon.worker.tools.selfcoded import MODULE_PREFIX, discover, specs
+from shelldon.worker.worker import run_turn
+from tests.unit.worker.brain import ScriptedBrain, calls, catalogued, say
+from tests.unit.worker.brain import call as brain_call
 
 from .samples import ADDER, ADDER_TEST, tool
 from .samples import promote as promote_tested
@@ -265,6 +268,33 @@ def test_quarantined_tool_disappears_and_restored_tool_returns(
     assert specs(ctx) == []
     sc.restore("adder")
     assert [s.name for s in specs(ctx)] == ["adder"]
+
+
+def test_a_quarantined_tool_is_never_in_the_catalogue_nor_callable(
+    settings: Settings, sc: SelfCode, ctx: ToolContext
+) -> None:
+    # The catalogue is built from discovery: a quarantined tool is not in the manifest, so the
+    # model neither sees it listed nor can load it or call it by name.
+    promote(sc, "adder", ADDER)
+    promote(sc, "other", tool())
+    sc.quarantine("adder", "three strikes")
+    script = [
+        calls(
+            brain_call("describe_tools", "d", names=["adder", "other"]),
+            brain_call("adder", "a", a=1),
+        ),
+        say("ok"),
+    ]
+    brain = ScriptedBrain(script)
+    run_turn(TurnRequest("t", 1, "hi"), registry_with(ctx), brain, settings, 1e12)
+    first = brain.jobs[0]
+    assert catalogued(first) == {"other"}
+    assert "adder" not in first.messages[0].content
+    described, called = [m for m in brain.jobs[1].messages if m.role is Role.TOOL]
+    assert "not in your catalogue: adder" in described.content
+    assert "other: A tool." in described.content
+    assert called.is_error and "unknown tool 'adder'" in called.content
+    assert "adder" not in {t.name for t in brain.jobs[1].tools}
 
 
 def test_builtin_wins_a_name_collision(sc: SelfCode, ctx: ToolContext) -> None:
