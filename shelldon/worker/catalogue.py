@@ -15,11 +15,11 @@ names of live self-coded tools, at most ``MAX_DESCRIBE`` per call, and names the
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from shelldon.contracts import Message, Role, Tier, ToolCall, ToolDefinition, ToolResult
-from shelldon.worker.tools import Registry, cap_output
+from shelldon.worker.tools import cap_output
 
 DESCRIBE_TOOLS = ToolDefinition(
     name="describe_tools",
@@ -40,7 +40,7 @@ DESCRIBE_TOOLS = ToolDefinition(
 MAX_DESCRIBE = 8
 """Definitions one ``describe_tools`` call loads: a bound on one result's size."""
 
-CATALOGUE_CHARS = 2000
+CATALOGUE_CHARS = 1600
 """The catalogue's budget for one-line summaries: with many tools each line shrinks, down to
 the bare name (names are never cut: a tool must stay reachable)."""
 
@@ -49,17 +49,6 @@ SUMMARY_CHARS = 60
 
 _SHOWN = 5  # rejected names quoted back, each clipped: a hostile list is not echoed whole
 _NAME_CLIP = 40
-
-
-def catalogue(registry: Registry, reserved: Iterable[str]) -> tuple[ToolDefinition, ...]:
-    """The live self-coded tools' definitions, in the registry's order; names the loop itself
-    answers (``reserved``) are left out, as they are in the tools offered."""
-    taken = set(reserved)
-    return tuple(
-        registry.specs[d.name].definition
-        for d in registry.definitions()
-        if registry.specs[d.name].self_coded and d.name not in taken
-    )
 
 
 def summary(description: str, width: int) -> str:
@@ -71,10 +60,25 @@ def summary(description: str, width: int) -> str:
     return cut[:width].rstrip(" ,;:.")
 
 
+# The last catalogue built: a worker forked after its parent discovered gets the very same
+# definition objects every turn, so an identity check spares rebuilding hundreds of lines.
+_last: tuple[tuple[ToolDefinition, ...], str] = ((), "")
+
+
 def catalogue_text(tools: Sequence[ToolDefinition]) -> str:
     """One line per tool, ``name: summary``, the summaries sharing ``CATALOGUE_CHARS``."""
+    global _last  # noqa: PLW0603 - the one-entry cache described above
     if not tools:
         return ""
+    seen, text = _last
+    if len(seen) == len(tools) and all(a is b for a, b in zip(seen, tools, strict=True)):
+        return text
+    text = _build_text(tools)
+    _last = (tuple(tools), text)
+    return text
+
+
+def _build_text(tools: Sequence[ToolDefinition]) -> str:
     share = min(SUMMARY_CHARS, CATALOGUE_CHARS // len(tools))
     lines = []
     for tool in tools:

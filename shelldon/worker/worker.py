@@ -40,7 +40,6 @@ from shelldon.core.replies import approval_question, model_apology
 from shelldon.core.risky import describe_call
 from shelldon.worker.catalogue import (
     DESCRIBE_TOOLS,
-    catalogue,
     definition_text,
     describe,
     loaded_in,
@@ -88,10 +87,20 @@ def summarize_call(call: ToolCall) -> str:
     return describe_call(call)
 
 
-def self_coded(registry: Registry) -> tuple[ToolDefinition, ...]:
-    """The live self-coded tools, offered through the catalogue (names the loop answers itself
-    are left out: no registered tool shadows them)."""
-    return catalogue(registry, (PROPOSE_TOOL.name, DESCRIBE_TOOLS.name))
+def split_tools(
+    registry: Registry,
+) -> tuple[tuple[ToolDefinition, ...], tuple[ToolDefinition, ...]]:
+    """The registry's built-ins (offered in full) and its live self-coded tools (offered
+    through the catalogue), each in the registry's order; names the loop answers itself are
+    left out of both: no registered tool shadows them."""
+    reserved = (PROPOSE_TOOL.name, DESCRIBE_TOOLS.name)
+    builtin: list[ToolDefinition] = []
+    own: list[ToolDefinition] = []
+    for definition in registry.definitions():
+        if definition.name in reserved:
+            continue
+        (own if registry.specs[definition.name].self_coded else builtin).append(definition)
+    return tuple(builtin), tuple(own)
 
 
 def offered_tools(
@@ -99,14 +108,17 @@ def offered_tools(
 ) -> tuple[ToolDefinition, ...]:
     """What one Job offers in full: the built-ins, the self-coded tools this turn ``loaded``,
     ``describe_tools`` when there are self-coded tools, and ``propose_tool``."""
-    reserved = (PROPOSE_TOOL.name, DESCRIBE_TOOLS.name)
-    own = tuple(
-        d
-        for d in registry.definitions()
-        if d.name not in reserved and (not registry.specs[d.name].self_coded or d.name in loaded)
-    )
-    describe_tool = (DESCRIBE_TOOLS,) if self_coded(registry) else ()
-    return (*own, *describe_tool, PROPOSE_TOOL)
+    return _offered(*split_tools(registry), loaded)
+
+
+def _offered(
+    builtin: tuple[ToolDefinition, ...],
+    known: tuple[ToolDefinition, ...],
+    loaded: set[str] | frozenset[str],
+) -> tuple[ToolDefinition, ...]:
+    chosen = tuple(d for d in known if d.name in loaded) if loaded else ()
+    describe_tool = (DESCRIBE_TOOLS,) if known else ()
+    return (*builtin, *chosen, *describe_tool, PROPOSE_TOOL)
 
 
 @dataclass(slots=True)
@@ -127,6 +139,7 @@ class _Turn:
     output_tokens: int = 0
     ops: list[Op] = field(default_factory=list)
     best_text: str = ""
+    builtin: tuple[ToolDefinition, ...] = ()
     # The self-coded tools described or called this turn: offered in full from then on.
     known: tuple[ToolDefinition, ...] = ()
     loaded: set[str] = field(default_factory=set)
@@ -254,7 +267,7 @@ def _loop(turn: _Turn) -> Result:
     while True:
         if turn.time_is_short():
             return turn.give_up("I ran out of time for this turn")
-        tools = offered_tools(turn.registry, turn.loaded)
+        tools = _offered(turn.builtin, turn.known, turn.loaded)
         offered = tools if turn.executions_left > 0 else ()
         answer = turn.ask(Job(turn.turn_id, tuple(turn.messages), offered, turn.deadline))
         turn.model_calls += 1
@@ -287,8 +300,8 @@ def run_turn(
     clock: Clock = time.monotonic,
 ) -> Result:
     """Run one owner (or scheduled) turn to its ``Result``; never raises for expected failures."""
-    known = self_coded(registry)
-    messages = list(build_messages(request, settings, offered_tools(registry), known))
+    builtin, known = split_tools(registry)
+    messages = list(build_messages(request, settings, _offered(builtin, known, set()), known))
     turn = _Turn(
         request.turn_id,
         registry,
@@ -298,6 +311,7 @@ def run_turn(
         clock,
         messages,
         executions_left=settings.limits.max_tool_executions,
+        builtin=builtin,
         known=known,
     )
     return _loop(turn)
@@ -344,8 +358,8 @@ def run_resume(
         clock,
         messages,
         executions_left=max(1, left),
-        known=self_coded(registry),
     )
+    turn.builtin, turn.known = split_tools(registry)
     turn.loaded = loaded_in(messages, turn.known)
     if request.approved:
         # The owner approved this exact call, so the ceiling grants it its one run.
