@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from shelldon.worker.prompt import CATALOGUE_INTRO
 from tests.system.rig import GATE_S, TURN_S, WORKSPACE, Pet, events, journal, sh, wait_until
 
 WORD_COUNT = """\
@@ -90,7 +91,12 @@ def test_a_self_coded_tool_is_gated_in_the_service_and_used_next_turn(pet: Pet) 
     pet.bot.wait_text("That is five words.", since=mark, timeout=GATE_S)
     first = pet.brain.requests_since(asked)[0].json()
     offered = [t["function"]["name"] for t in first.get("tools", [])]
-    assert "word_count" in offered, offered
+    system = next(m["content"] for m in first["messages"] if m["role"] == "system")
+    # Listed in the catalogue (a line in the system prompt), loadable in full with
+    # describe_tools; called without loading it, it is checked against its schema and run.
+    assert "describe_tools" in offered, offered
+    catalogue = system.split(CATALOGUE_INTRO, 1)[-1]
+    assert any(line.startswith("word_count") for line in catalogue.splitlines()), system
     results = tool_results(pet, asked)
     # The model reads the tool's answer wrapped as data: <tool_output tool="word_count">5</…>
     assert results and results[-1].split(">", 1)[-1].split("<", 1)[0].strip() == "5", results
