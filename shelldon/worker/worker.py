@@ -84,11 +84,6 @@ PROPOSAL_RECEIVED = "proposal received: it will be gated and shown to the owner"
 DENIED_BY_OWNER = "denied by owner"
 
 
-def summarize_call(call: ToolCall) -> str:
-    """Exactly what will run, for the owner (``shelldon.core.risky.describe_call``)."""
-    return describe_call(call)
-
-
 def split_tools(
     registry: Registry,
 ) -> tuple[tuple[ToolDefinition, ...], tuple[ToolDefinition, ...]]:
@@ -258,7 +253,7 @@ class _Turn:
         return None
 
     def park(self, call: ToolCall, lead: str) -> Result:
-        summary = summarize_call(call)
+        summary = describe_call(call)
         self.ops.append(RequestToolApproval(call, summary, tuple(self.messages)))
         log.info("turn_parked", turn_id=self.turn_id, tool=call.name)
         question = approval_question(summary)

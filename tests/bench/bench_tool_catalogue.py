@@ -57,6 +57,7 @@ from shelldon.worker.prompt import build_messages  # noqa: E402
 from shelldon.worker.tools import clock, files, git, http, pyeval, selfcoded, shell, write  # noqa: E402
 from shelldon.worker.tools.registry import Registry, ToolContext  # noqa: E402
 from shelldon.worker.worker import PROPOSE_TOOL, run_turn  # noqa: E402
+from tests.bench.bench_discovery import TOOL  # noqa: E402 - the same live tool, many times
 from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
 from tests.fakes.fake_openai import FakeOpenAI  # noqa: E402
 
@@ -66,25 +67,6 @@ DISCOVERY_BUDGET_MS = 15.0
 OVERHEAD_SLACK = 0.10
 FAR = 1e12
 
-TOOL = '''\
-"""Tool number {i}: a small text utility of the kind the pet writes for itself."""
-import re
-
-DESCRIPTION = "Count the words in a text and report tool {i}'s answer; ignores punctuation."
-PARAMS_SCHEMA = {{
-    "type": "object",
-    "properties": {{
-        "text": {{"type": "string", "description": "the text to count"}},
-        "min_len": {{"type": "integer", "description": "shortest word to count"}},
-    }},
-    "required": ["text"],
-}}
-
-
-def run(text, min_len=1):
-    words = [w for w in re.findall(r"[A-Za-z']+", text) if len(w) >= min_len]
-    return f"{{len(words)}} words"
-'''
 
 Answer = tuple[str, Any]  # ("text", reply) or ("tools", [(name, args), ...])
 

@@ -20,13 +20,13 @@ from shelldon.contracts import (
     TurnRequest,
     Usage,
 )
+from shelldon.core.risky import describe_call as summarize_call
 from shelldon.worker.worker import (
     DENIED_BY_OWNER,
     PROPOSAL_RECEIVED,
     PROPOSE_TOOL,
     run_resume,
     run_turn,
-    summarize_call,
 )
 from tests.unit.worker.brain import Counters, ScriptedBrain, call, calls, make_registry, say
 
