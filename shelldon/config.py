@@ -22,6 +22,7 @@ from typing import Any
 PROVIDERS = ("anthropic", "openai", "scripted")
 SANDBOX_MODES = ("required", "best-effort", "off")
 SANDBOX_FS_LAYERS = ("auto", "landlock", "userns", "none")
+SANDBOX_PIDNS = ("auto", "off")
 RETIRED_SECTIONS = {
     "actors": "the [actors] section is gone: every actor runs in the service's one process "
     "(no base to choose, no admin port); delete the section",
@@ -87,10 +88,18 @@ class SandboxSettings:
     mode: str = "best-effort"
     # auto picks the strongest filesystem layer; landlock|userns|none forces one (tests).
     fs: str = "auto"
+    # auto gives each worker and gate run a PID namespace of its own where the kernel allows;
+    # off does not (tests of the fallback: a subreaper sweep, the cgroup).
+    pidns: str = "auto"
     # A cgroup v2 directory for per-turn cgroups; empty: the systemd-delegated one, if any.
     cgroup: str = ""
-    memory_max_mb: int = 256
+    # Each turn's (and gate run's) cgroup, and all of them together under the delegated
+    # "turns" cgroup: with the unit's MemoryHigh=320M, the service's own processes keep
+    # 160 MB, so a runaway turn meets its own limit long before the service's.
+    memory_max_mb: int = 128
     pids_max: int = 64
+    turns_memory_max_mb: int = 160
+    turns_pids_max: int = 80
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +221,10 @@ def _validate(s: Settings) -> None:
         raise ConfigError(
             "sandbox.mode", f"{s.sandbox.mode!r} is not one of {', '.join(SANDBOX_MODES)}"
         )
+    if s.sandbox.pidns not in SANDBOX_PIDNS:
+        raise ConfigError(
+            "sandbox.pidns", f"{s.sandbox.pidns!r} is not one of {', '.join(SANDBOX_PIDNS)}"
+        )
     if s.sandbox.fs not in SANDBOX_FS_LAYERS:
         layers = ", ".join(SANDBOX_FS_LAYERS)
         raise ConfigError("sandbox.fs", f"{s.sandbox.fs!r} is not one of {layers}")
@@ -238,6 +251,8 @@ def _validate(s: Settings) -> None:
         "telegram.poll_timeout_s": s.telegram.poll_timeout_s,
         "sandbox.memory_max_mb": s.sandbox.memory_max_mb,
         "sandbox.pids_max": s.sandbox.pids_max,
+        "sandbox.turns_memory_max_mb": s.sandbox.turns_memory_max_mb,
+        "sandbox.turns_pids_max": s.sandbox.turns_pids_max,
     }
     for key, value in positives.items():
         if value <= 0:

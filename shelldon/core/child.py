@@ -424,10 +424,68 @@ def descendants(root: int, table: Mapping[int, ProcEntry]) -> list[ProcEntry]:
     return found
 
 
+def _self_in_proc() -> int | None:
+    """This process's pid as ``/proc`` numbers it (None if unreadable). It differs from
+    ``os.getpid()`` inside a PID namespace of its own under the host's ``/proc``."""
+    try:
+        return int(os.readlink("/proc/self"))
+    except (OSError, ValueError):
+        return None
+
+
+def _nspids(proc_pid: int | str) -> list[int] | None:
+    """A process's pid in each PID namespace it is in, outermost first (``NSpid``)."""
+    try:
+        fd = os.open(f"/proc/{proc_pid}/status", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        raw = os.read(fd, 1 << 14)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    for line in raw.split(b"\n"):
+        if line.startswith(b"NSpid:"):
+            return [int(word) for word in line.split()[1:]]
+    return None
+
+
+def _to_own_pids(proc_pids: set[int]) -> set[int] | None:
+    """``proc_pids``, numbered by ``/proc``, as this process's own PID namespace numbers them;
+    None when that cannot be known (their ``/proc`` entries are not readable here): then no
+    pid may be signalled, lest a number mean another process here."""
+    me = _self_in_proc()
+    if me is None:
+        return None
+    if me == os.getpid():
+        return proc_pids
+    mine = _nspids("self")
+    if not mine:
+        return None
+    level = len(mine) - 1
+    own: set[int] = set()
+    for pid in proc_pids:
+        theirs = _nspids(pid)
+        if theirs is None:
+            if os.path.exists(f"/proc/{pid}"):
+                return None  # there, but not readable: its number here is unknown
+            continue  # gone
+        if len(theirs) > level:
+            own.add(theirs[level])
+    return own
+
+
 def own_children() -> set[int] | None:
     """This process's direct children (every thread's), from ``/proc/self/task/*/children``,
-    which a confined child can still read (the rest of ``/proc`` it cannot); None where the
-    kernel does not list them."""
+    which a confined child can still read (the rest of ``/proc`` it cannot), numbered in its
+    own PID namespace; None where the kernel does not list them or the numbers cannot be
+    translated."""
+    kids = _children_in_proc()
+    return None if kids is None else _to_own_pids(kids)
+
+
+def _children_in_proc() -> set[int] | None:
     try:
         tids = os.listdir("/proc/self/task")
     except OSError:
@@ -455,8 +513,11 @@ def snapshot() -> frozenset[int]:
     kids = own_children()
     if kids is not None:
         return frozenset(kids)
+    me = _self_in_proc()
+    if me is None or me != os.getpid():
+        return frozenset()
     try:
-        return frozenset(e.pid for e in descendants(os.getpid(), process_table()))
+        return frozenset(e.pid for e in descendants(me, process_table()))
     except OSError:
         return frozenset()
 
@@ -491,6 +552,11 @@ def sweep_descendants(before: frozenset[int]) -> int:
 
 def _sweep_by_table(before: frozenset[int]) -> int:
     me = os.getpid()
+    if _self_in_proc() != me:
+        # /proc numbers another PID namespace's processes: a number read there could name
+        # another process here. The PID namespace's end is the sweep (everything in it dies).
+        log.warning("sweep_impossible", error="/proc is not this PID namespace's")
+        return 0
     killed: set[tuple[int, int]] = set()
     for _round in range(SWEEP_ROUNDS):
         try:

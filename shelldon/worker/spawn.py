@@ -283,6 +283,10 @@ def prepare_child(
     # Not dumpable (also when forked by a parent that is): the children it forks for tools
     # and approved calls cannot open its /proc/<pid>/mem, environ or fd/.
     sandbox.forbid_dumps()
+    # Its cgroup, then a PID namespace of its own: from here on nothing it runs can name a
+    # process outside its turn, and whatever it starts dies with it. The process that called
+    # this stays outside as a stub that holds nothing and mirrors the exit.
+    sandbox.isolate_pids(confinement, orphan_exit=EXIT_CHANNEL)
     close_inherited_fds(keep_fd, *confinement.keep_fds())
     reopen_stdio()
     scrub_environment()
@@ -539,7 +543,9 @@ def _spawn(
         raise SpawnError(f"cannot start a worker: {exc}") from exc
     pid = proc.pid
     child_end.close()
-    if cgroup is not None and not network:
+    # A worker that makes a PID namespace joins its cgroup itself, before the fork that makes
+    # it: an adoption from here could move only the stub.
+    if cgroup is not None and not network and not confinement.plan.pidns:
         try:
             cgroup.adopt(pid)
         except OSError as exc:

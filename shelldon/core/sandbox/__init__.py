@@ -12,7 +12,8 @@ Three layers, each detected at start and used where the kernel offers it:
   controllers exist and ``cgroup.kill`` at the end, which also ends ``setsid`` stragglers.
 
 One module per part: ``policy`` (what is denied and allowed), ``libc``, ``seccomp``,
-``landlock``, ``userns``, ``cgroup``, ``dumpable`` (the service and the zygote are not),
+``landlock``, ``userns``, ``pidns`` (a PID namespace per worker and gate run), ``cgroup``,
+``dumpable`` (the service and the zygote are not),
 ``plan`` (what this kernel and config give), ``paths`` (what a child may see), ``confinement``
 (the value a parent prepares for one child: ``prepare_worker``, ``prepare_gate``), ``apply``
 (in the child). This package's names are
@@ -30,6 +31,7 @@ from shelldon.core.sandbox.apply import (
     confine_worker,
     filesystem_confined,
     gate_preexec,
+    isolate_pids,
 )
 from shelldon.core.sandbox.cgroup import (
     TurnCgroup,
@@ -48,6 +50,7 @@ from shelldon.core.sandbox.confinement import (
 from shelldon.core.sandbox.dumpable import drop_capabilities, dumpable, forbid_dumps
 from shelldon.core.sandbox.landlock import forget_prebuilt, landlock_abi, prebuilt_ruleset_fds
 from shelldon.core.sandbox.paths import allowed_paths
+from shelldon.core.sandbox.pidns import pidns_available
 from shelldon.core.sandbox.plan import (
     Plan,
     check_required,
@@ -70,6 +73,7 @@ __all__ = [
     "confine_worker",
     "filesystem_confined",
     "gate_preexec",
+    "isolate_pids",
     "TurnCgroup",
     "cgroup_parent",
     "delegated_cgroup",
@@ -100,4 +104,5 @@ __all__ = [
     "build_filter",
     "load_filter",
     "userns_available",
+    "pidns_available",
 ]

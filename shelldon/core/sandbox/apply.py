@@ -15,6 +15,7 @@ from shelldon.core.sandbox.cgroup import TurnCgroup
 from shelldon.core.sandbox.confinement import Confinement, prepare_gate
 from shelldon.core.sandbox.landlock import _apply_prebuilt, _landlock_restrict, landlock_abi
 from shelldon.core.sandbox.paths import gate_never
+from shelldon.core.sandbox.pidns import enter_pid_namespace
 from shelldon.core.sandbox.plan import Plan
 from shelldon.core.sandbox.policy import SandboxError
 from shelldon.core.sandbox.seccomp import build_filter, load_filter
@@ -37,6 +38,7 @@ def _apply_fs(c: Confinement, *, network: bool = False) -> None:
     """The filesystem layer; ``network`` keeps TCP (Landlock) or the host's network namespace
     (userns) for a call that needs it — the socket filter is applied separately."""
     p, ro, rw = c.plan, c.read_only, c.read_write
+    userns_before = _userns()
     try:
         if p.fs == "landlock":
             abi = landlock_abi()
@@ -49,7 +51,7 @@ def _apply_fs(c: Confinement, *, network: bool = False) -> None:
         else:
             return
     except (OSError, SandboxError) as exc:
-        if p.fs == "userns" and _in_new_userns():
+        if p.fs == "userns" and _userns() != userns_before:
             # Half a namespace is worse than none: stop this process instead of going on.
             raise SandboxError(f"the user namespace layer broke half-way: {exc}") from exc
         _fail(p, p.fs, exc)
@@ -57,14 +59,35 @@ def _apply_fs(c: Confinement, *, network: bool = False) -> None:
     _applied.add("fs")
 
 
-def _in_new_userns() -> bool:
+def _userns() -> str:
     try:
-        return os.readlink("/proc/self/ns/user") != _INITIAL_USERNS
+        return os.readlink("/proc/self/ns/user")
     except OSError:
-        return True
+        return ""
 
 
-_INITIAL_USERNS = os.readlink("/proc/self/ns/user") if os.path.exists("/proc/self/ns/user") else ""
+def isolate_pids(c: Confinement, *, orphan_exit: int) -> None:
+    """Put the calling child (a worker, a gate's pytest before its exec) in its cgroup, then in
+    a PID namespace of its own where the plan has one (``pidns.py``): from here on it cannot
+    name any process outside, and everything it starts dies with it. The cgroup comes first
+    because the process that goes on is forked here: it must be born inside the cgroup."""
+    p = c.plan
+    if p.mode == "off":
+        return
+    if c.cgroup is not None and "cgroup" not in _applied:
+        try:
+            c.cgroup.join()
+            _applied.add("cgroup")
+        except OSError as exc:
+            _fail(p, "cgroup", exc)
+    if not p.pidns or "pidns" in _applied:
+        return
+    try:
+        enter_pid_namespace(orphan_exit=orphan_exit)
+    except OSError as exc:
+        _fail(p, "pid namespace", exc)
+        return
+    _applied.add("pidns")
 
 
 def _apply_seccomp(p: Plan, *, network: bool, namespaces: bool) -> None:
@@ -132,11 +155,7 @@ def gate_preexec(
             then()
         if c.plan.mode == "off":
             return
-        if c.cgroup is not None:
-            try:
-                c.cgroup.join()
-            except OSError as exc:
-                _fail(c.plan, "cgroup", exc)
+        isolate_pids(c, orphan_exit=1)
         _apply_fs(c)
         _apply_seccomp(c.plan, network=False, namespaces=True)
 

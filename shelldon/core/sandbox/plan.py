@@ -12,6 +12,7 @@ import structlog
 from shelldon.config import SandboxSettings, Settings
 from shelldon.core.sandbox.cgroup import cgroup_parent
 from shelldon.core.sandbox.landlock import landlock_abi
+from shelldon.core.sandbox.pidns import pidns_available
 from shelldon.core.sandbox.policy import FS_LAYERS, SandboxError
 from shelldon.core.sandbox.seccomp import _libseccomp, _seccomp_kernel
 from shelldon.core.sandbox.userns import userns_available
@@ -21,11 +22,13 @@ log = structlog.get_logger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What confinement a process gets: mode, seccomp on/off, the filesystem layer."""
+    """What confinement a process gets: mode, seccomp on/off, the filesystem layer, and
+    whether each worker and gate run gets a PID namespace of its own."""
 
     mode: str
     seccomp: bool
     fs: str
+    pidns: bool = False
 
 
 def seccomp_available() -> bool:
@@ -46,7 +49,8 @@ def plan(sandbox: SandboxSettings) -> Plan:
         fs = "userns"
     else:
         fs = "none"
-    return Plan(sandbox.mode, seccomp_available(), fs)
+    pidns = sandbox.pidns == "auto" and pidns_available()
+    return Plan(sandbox.mode, seccomp_available(), fs, pidns)
 
 
 def check_required(settings: Settings) -> None:
@@ -117,12 +121,32 @@ def describe(settings: Settings | None = None) -> list[tuple[str, bool, str]]:
             p.fs if p.fs != "none" else "none: only the path jail guards files",
         ),
     ]
-    parent = cgroup_parent(sandbox) if on else None
     lines.append(
         (
-            "cgroup per turn",
-            parent is not None,
-            str(parent) if parent else "no delegated cgroup: RLIMITs + subreaper sweep",
+            "pid namespace",
+            on and p.pidns,
+            "each worker and gate run: it can signal, renice or prlimit no process outside its "
+            "turn, and what it starts dies with it"
+            if p.pidns
+            else (
+                "off ([sandbox] pidns)"
+                if sandbox.pidns == "off"
+                else "unavailable (unprivileged user namespaces, or RestrictNamespaces= lacks pid)"
+            )
+            + ": a tool may signal the service's processes"
+            + (" (Landlock scopes signals)" if p.fs == "landlock" and abi >= 6 else ""),
         )
     )
+    parent = cgroup_parent(sandbox) if on else None
+    lines.append(("cgroup per turn", parent is not None, _cgroup_detail(parent, p)))
     return lines
+
+
+def _cgroup_detail(parent: object, p: Plan) -> str:
+    if parent is not None:
+        return str(parent)
+    weaker = "no delegated cgroup: a turn's memory is bounded only by RLIMIT_AS, its processes "
+    weaker += "only by the unit's TasksMax"
+    if p.pidns:
+        return weaker + "; stragglers still end with the turn (its PID namespace)"
+    return weaker + "; a tool's setsid daemon may outlive its turn (run_shell sweeps its own)"

@@ -60,6 +60,26 @@ def userns_available() -> bool:
     return os.waitstatus_to_exitcode(status) == 0
 
 
+def enter_user_namespace(flags: int, what: str) -> None:
+    """``unshare(CLONE_NEWUSER | flags)`` and map the caller's own uid and gid only (the one
+    mapping an unprivileged process may write). Raises ``OSError``."""
+    uid, gid = os.geteuid(), os.getegid()
+    _check(_unshare(_CLONE_NEWUSER | flags), what)
+    # A process that is not dumpable (forked from the service) cannot write its own maps:
+    # dumpable for these writes only, then back as it was.
+    was_dumpable = dumpable()
+    if not was_dumpable:
+        set_dumpable(True)
+    try:
+        with contextlib.suppress(OSError):
+            _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{uid} {uid} 1")
+        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    finally:
+        if not was_dumpable:
+            set_dumpable(False)
+
+
 def _write(path: str, text: str) -> None:
     fd = os.open(path, os.O_WRONLY)
     try:
@@ -82,23 +102,9 @@ def _mount_checked(src: str | None, dst: str, fstype: str | None, flags: int) ->
 def _userns_restrict(read_only: Iterable[str], read_write: Iterable[str], *, network: bool) -> None:
     """Enter a new user + mount (and, unless ``network``, net) namespace whose root is a tmpfs
     holding bind mounts of the allowed paths only, the read-only ones remounted read-only."""
-    uid, gid = os.geteuid(), os.getegid()
     cwd = os.getcwd()
     flags = _CLONE_NEWUSER | _CLONE_NEWNS | (0 if network else _CLONE_NEWNET)
-    _check(_unshare(flags), "unshare(user+mount)")
-    # A process that is not dumpable (forked from the service) cannot write its own maps:
-    # dumpable for these writes only, then back as it was.
-    was_dumpable = dumpable()
-    if not was_dumpable:
-        set_dumpable(True)
-    try:
-        with contextlib.suppress(OSError):
-            _write("/proc/self/setgroups", "deny")
-        _write("/proc/self/uid_map", f"{uid} {uid} 1")
-        _write("/proc/self/gid_map", f"{gid} {gid} 1")
-    finally:
-        if not was_dumpable:
-            set_dumpable(False)
+    enter_user_namespace(flags, "unshare(user+mount)")
     _mount_checked(None, "/", None, _MS_REC | _MS_PRIVATE)
     # Every source is opened before the tmpfs goes on, which may hide some of them (/tmp/...).
     sources: list[tuple[str, int, bool]] = []

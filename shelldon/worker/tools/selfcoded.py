@@ -190,8 +190,10 @@ def discover(ctx: ToolContext) -> tuple[list[ToolSpec], list[ToolFailure]]:
         return _discover(ctx)
 
 
-Fingerprint = tuple[bytes | None, frozenset[str]]
-"""What discovery reads: the live manifest's bytes (None: no manifest) and the ``*.py`` names."""
+Fingerprint = tuple[bool, bytes | None, frozenset[str]]
+"""What discovery reads: whether the live directory exists (a worker confined before it was
+made cannot read it once it is), the live manifest's bytes (None: no manifest) and the
+``*.py`` names."""
 
 
 def toolbox_fingerprint(ctx: ToolContext) -> Fingerprint:
@@ -200,18 +202,20 @@ def toolbox_fingerprint(ctx: ToolContext) -> Fingerprint:
     decide whether its registry is stale. Raises ``OSError`` as ``discover``."""
     tools_dir = live_tools_dir(ctx)
     if tools_dir is None or ctx.selfcoded_off:
-        return None, frozenset()
-    return _read_inputs(tools_dir)
+        return False, None, frozenset()
+    return tools_dir.is_dir(), *_read_inputs(tools_dir)
 
 
-def _read_inputs(tools_dir: Path) -> Fingerprint:
+def _read_inputs(tools_dir: Path) -> tuple[bytes | None, frozenset[str]]:
     try:
         raw: bytes | None = (tools_dir / MANIFEST_NAME).read_bytes()
     except OSError:
         raw = None
     try:
         on_disk = frozenset(n for n in os.listdir(tools_dir) if n.endswith(".py"))
-    except FileNotFoundError:
+    except (FileNotFoundError, PermissionError):
+        # Missing, or made after this worker was confined (its rules could not name it): no
+        # tools it can load. The fingerprint tells the zygote such a spare is stale.
         on_disk = frozenset()
     return raw, on_disk
 

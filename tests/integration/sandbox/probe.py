@@ -16,6 +16,7 @@ import json
 import os
 import select
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from shelldon.core.history import Store
 from shelldon.core.manifest import code_hash
 from shelldon.core.selfcode import SelfCode
 from shelldon.worker.spawn import WorkerHandle
+from tests.pids import running
 
 ATTACKS = """\
 import ctypes
@@ -79,9 +81,54 @@ def _ptrace(pid):
     libc.ptrace(17, pid, 0, 0)  # PTRACE_DETACH
 
 
+def _host_ppid():
+    # Inside a PID namespace getppid() says 0 (or 1), but /proc is the host's and names the
+    # parent all the same: what an attacker would read.
+    try:
+        with open("/proc/self/status") as fh:
+            return int(next(line for line in fh if line.startswith("PPid:")).split()[1])
+    except (OSError, StopIteration, ValueError):
+        return 0
+
+
+def _signal(pid):
+    os.kill(pid, 0)  # the permission check of any signal, without sending one
+
+
+def _renice(pid):
+    os.setpriority(os.PRIO_PROCESS, pid, os.getpriority(os.PRIO_PROCESS, pid))
+
+
+def _prlimit(pid):
+    import resource
+
+    resource.prlimit(pid, resource.RLIMIT_NOFILE)
+
+
+def _pidfd_signal(pid):
+    import signal
+
+    fd = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        signal.pidfd_send_signal(fd, 0)
+    finally:
+        os.close(fd)
+
+
+def process_attacks(name, pid):
+    # Everything a process of the same uid may do to another one, tried on pid.
+    return {
+        f"signal_{name}": _try(lambda: _signal(pid)),
+        f"renice_{name}": _try(lambda: _renice(pid)),
+        f"prlimit_{name}": _try(lambda: _prlimit(pid)),
+        f"pidfd_signal_{name}": _try(lambda: _pidfd_signal(pid)),
+        f"ptrace_{name}": _try(lambda: _ptrace(pid)),
+    }
+
+
 def attack(targets):
     t = json.loads(targets)
-    ppid = os.getppid()
+    ppid = _host_ppid() or os.getppid()
     out = {
         "read_vault": _try(lambda: _read(t["vault"])),
         "read_database": _try(lambda: _read(t["database"])),
@@ -102,6 +149,8 @@ def attack(targets):
         out[name] = _try(lambda path=path: _open_for_writing(path))
     for name, (source, target) in t.get("links", {}).items():
         out[name] = _try(lambda source=source, target=target: os.link(source, target))
+    for name, pid in t.get("processes", {}).items():
+        out.update(process_attacks(name, pid))
     return out
 """
 
@@ -128,9 +177,11 @@ def targets(
     ports: list[int],
     inside: str,
     toolbox: dict[str, Any] | None = None,
+    processes: dict[str, int] | None = None,
 ) -> str:
     """The JSON argument of the probe: what to attack and where it may write; ``toolbox``
-    adds named ``reads``, ``writes`` and ``links`` (see ``toolbox_attacks``)."""
+    adds named ``reads``, ``writes`` and ``links`` (see ``toolbox_attacks``); ``processes``
+    names processes outside the turn to signal, renice, prlimit and ptrace."""
     return json.dumps(
         {
             "vault": str(settings.vault / "x"),
@@ -139,6 +190,7 @@ def targets(
             "outside": str(outside),
             "inside": inside,
             "ports": ports,
+            "processes": processes or {},
             **(toolbox or {}),
         }
     )
@@ -195,9 +247,14 @@ def say(text: str) -> Completion:
 
 
 def converse(
-    handle: WorkerHandle, answers: list[Completion], timeout: float = 10.0
+    handle: WorkerHandle,
+    answers: list[Completion],
+    timeout: float = 10.0,
+    *,
+    mid_turn: Callable[[Job], None] | None = None,
 ) -> tuple[list[Job], Result]:
-    """Play the TurnActor: answer each Job with the next completion until the Result."""
+    """Play the TurnActor: answer each Job with the next completion until the Result;
+    ``mid_turn`` sees each Job before it is answered (the turn still running)."""
     jobs: list[Job] = []
     until = time.monotonic() + timeout
     while time.monotonic() < until:
@@ -210,6 +267,8 @@ def converse(
             if not isinstance(frame, Job):
                 continue  # ToolStarted announcements need no answer
             jobs.append(frame)
+            if mid_turn is not None:
+                mid_turn(frame)
             handle.send(answers.pop(0))
         if handle.eof:
             break
@@ -271,3 +330,15 @@ def reap_quietly(pid: int) -> None:
     """Reap ``pid`` if it is our child (it usually is not)."""
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
+
+
+def wait_none_running(*argv: str, timeout: float = 3.0) -> bool:
+    """True once no process runs ``argv`` (within ``timeout``); zombies count as gone."""
+    until = time.monotonic() + timeout
+    while True:
+        alive = [p for p in running(*argv) if pid_alive(p)]
+        if not alive:
+            return True
+        if time.monotonic() > until:
+            return False
+        time.sleep(0.01)

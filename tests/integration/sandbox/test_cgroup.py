@@ -8,13 +8,16 @@ Attack inspiration: the RISKY-tools issue's double-fork/daemonize escapes; syste
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import secrets
 from pathlib import Path
 
 import pytest
 
 from shelldon.config import Settings
 from shelldon.contracts import (
+    Job,
     Message,
     RequestToolApproval,
     ResumeRequest,
@@ -23,21 +26,38 @@ from shelldon.contracts import (
     TurnRequest,
 )
 from shelldon.core import sandbox
+from shelldon.worker.channel import FrameError
 from shelldon.worker.spawn import spawn_resume, spawn_turn
 
-from .probe import calls, converse, finish, outputs, promote, say, wait_gone
+from .probe import (
+    calls,
+    converse,
+    finish,
+    outputs,
+    promote,
+    running,
+    say,
+    wait_gone,
+    wait_none_running,
+)
 
 SPAWNER = """\
 import subprocess
 
 DESCRIPTION = "Leave a sleeper behind in its own session."
-PARAMS_SCHEMA = {"type": "object", "properties": {}}
+PARAMS_SCHEMA = {"type": "object", "properties": {"seconds": {"type": "string"}}}
 
 
-def run():
-    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
-    return str(child.pid)
+def run(seconds):
+    subprocess.Popen(["sleep", seconds], start_new_session=True)
+    return "started"
 """
+
+
+def unique_seconds() -> str:
+    """A ``sleep`` argument no other process has: how the test finds the sleeper from outside
+    (its pid inside the turn's PID namespace means nothing here)."""
+    return f"{300 + secrets.randbelow(10**6) / 10**7:.7f}"
 
 
 def with_cgroup(settings: Settings, parent: Path | None) -> Settings:
@@ -53,12 +73,20 @@ def test_setsid_straggler_of_a_self_coded_tool_dies_with_the_turn_cgroup(
     handle = spawn_turn(TurnRequest("t-cg", 7, "spawn"), settings)
     assert handle.cgroup is not None and handle.cgroup.path.parent == test_cgroup
     try:
-        jobs, _result = converse(handle, [calls(ToolCall("c1", "spawner", {})), say("ok")])
-        ok, text = outputs(jobs[-1])["c1"]
-        assert ok, text
-        straggler = int(text)
-        # It outlived the worker's own loop, and sits in the turn's cgroup.
-        assert straggler in handle.cgroup.pids()
+        seconds = unique_seconds()
+        spawn = ToolCall("c1", "spawner", {"seconds": seconds})
+        seen: list[int] = []
+
+        def after_the_tool(job: Job) -> None:
+            if outputs(job):
+                # It outlived the tool's own child, and sits in the turn's cgroup.
+                seen.extend(running("sleep", seconds))
+                assert handle.cgroup is not None
+                assert set(seen) <= set(handle.cgroup.pids()), seen
+
+        jobs, _result = converse(handle, [calls(spawn), say("ok")], mid_turn=after_the_tool)
+        assert outputs(jobs[-1])["c1"] == (True, "started")
+        (straggler,) = seen
     finally:
         finish(handle)
     assert wait_gone(straggler)
@@ -71,17 +99,33 @@ def test_killed_worker_takes_its_whole_cgroup_along(settings: Settings, test_cgr
     handle = spawn_turn(TurnRequest("t-cg2", 7, "spawn"), settings)
     assert handle.cgroup is not None
     try:
-        jobs, _ = converse(handle, [calls(ToolCall("c1", "spawner", {})), say("ok")])
-        straggler = int(outputs(jobs[-1])["c1"][1])
-        handle.kill()  # what the turn watchdog does on overrun
+        seconds = unique_seconds()
+        seen: list[int] = []
+
+        def kill_mid_turn(job: Job) -> None:
+            if outputs(job):
+                seen.extend(running("sleep", seconds))
+                handle.kill()  # what the turn watchdog does on overrun
+
+        with contextlib.suppress(AssertionError, FrameError):  # no Result: it was killed
+            converse(
+                handle,
+                [calls(ToolCall("c1", "spawner", {"seconds": seconds})), say("ok")],
+                mid_turn=kill_mid_turn,
+            )
+        (straggler,) = seen
         assert wait_gone(straggler)
     finally:
         finish(handle)
 
 
-def run_shell_setsid(settings: Settings) -> int:
-    """Resume an approved ``run_shell`` that leaves a ``setsid sleep``; returns its pid."""
-    shell = ToolCall("r1", "run_shell", {"command": "setsid sleep 300 > /dev/null 2>&1 & echo $!"})
+def run_shell_setsid(settings: Settings) -> str:
+    """Resume an approved ``run_shell`` that leaves a ``setsid sleep``; returns what its
+    command line says (the pid inside the turn means nothing outside it)."""
+    marker = unique_seconds()
+    shell = ToolCall(
+        "r1", "run_shell", {"command": f"setsid sleep {marker} > /dev/null 2>&1 & echo $!"}
+    )
     parked = RequestToolApproval(
         shell,
         "run_shell(...)",
@@ -95,8 +139,8 @@ def run_shell_setsid(settings: Settings) -> int:
     try:
         jobs, _ = converse(handle, [say("ok")])
         ok, text = outputs(jobs[-1])["r1"]
-        assert ok, text
-        return int(text.split()[-1])
+        assert ok and text.split()[-1].isdigit(), text  # it did start: $! is its pid
+        return marker
     finally:
         finish(handle)
 
@@ -105,14 +149,14 @@ def test_run_shell_setsid_sleep_is_gone_after_the_turn_cgroup_path(
     settings: Settings, test_cgroup: Path
 ) -> None:
     straggler = run_shell_setsid(with_cgroup(settings, test_cgroup))
-    assert wait_gone(straggler)
+    assert wait_none_running("sleep", straggler)
 
 
 def test_run_shell_setsid_sleep_is_gone_after_the_turn_subreaper_path(settings: Settings) -> None:
     settings = with_cgroup(settings, None)
     assert sandbox.cgroup_parent(settings.sandbox) is None
     straggler = run_shell_setsid(settings)
-    assert wait_gone(straggler)
+    assert wait_none_running("sleep", straggler)
 
 
 @pytest.mark.parametrize("knob", ["memory.max", "pids.max"])

@@ -9,6 +9,7 @@ Attack inspiration: see ``probe.py`` (the gate runs model-written code before th
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from shelldon.core.selfcode import SelfCode, SelfCodeError
 
 from .conftest import confined
 from .probe import PROBE_TOOL, promote, targets, toolbox_attacks
-from .test_worker import REFUSED_BY
+from .test_worker import PROCESS_REFUSED_BY, REFUSED_BY
 
 # In the gate the namespace's root is the same read-only tmpfs as in the worker.
 GATE_REFUSED_BY = {layer: dict(table) for layer, table in REFUSED_BY.items()}
@@ -90,8 +91,12 @@ def test_gate_run_is_refused_by_the_kernel_and_still_passes(
         toolbox["links"]["link_other_staged"] = [str(other.tool_path), "linked_other.py"]
         # The gate's cwd is its own staging directory: "in.txt" is inside it.
         outside = tmp_path / "outside.txt"
-        args = targets(settings, user_home, outside, [listener], "in.txt", toolbox)
-        expected = GATE_REFUSED_BY[layer] | GATE_TOOLBOX_REFUSED_BY[layer]
+        # The gate's forker stands in for the service (whose copy the gate's stub is).
+        processes = {"service": os.getpid()}
+        args = targets(settings, user_home, outside, [listener], "in.txt", toolbox, processes)
+        expected = (
+            GATE_REFUSED_BY[layer] | GATE_TOOLBOX_REFUSED_BY[layer] | PROCESS_REFUSED_BY[layer]
+        )
         test = hostile_test(args, expected, listener)
         report = sc.run_gate(sc.stage("gate_probe", PROBE_TOOL, test))
         assert report.passed, (report.findings, report.output)

@@ -64,6 +64,26 @@ REFUSED_BY = {
 }
 LAYERS = tuple(REFUSED_BY)
 
+# What a tool may do to the process that forked its worker (the zygote), by its pid as /proc
+# shows it: nothing. ESRCH: no such process in its PID namespace; the pidfd of that process
+# (an open /proc/<pid>) is refused where /proc/<pid> can be opened at all.
+PROCESS_REFUSED_BY = {
+    "landlock": {
+        "signal_service": "ESRCH",
+        "renice_service": "ESRCH",
+        "prlimit_service": "ESRCH",
+        "pidfd_signal_service": "EACCES",
+        "ptrace_service": "EPERM",
+    },
+    "userns": {
+        "signal_service": "ESRCH",
+        "renice_service": "ESRCH",
+        "prlimit_service": "ESRCH",
+        "pidfd_signal_service": "EINVAL",
+        "ptrace_service": "EPERM",
+    },
+}
+
 # The toolbox, as a worker's tool sees it: the live tools read-only, nothing else of it.
 TOOLBOX_REFUSED_BY = {
     "landlock": {
@@ -101,6 +121,7 @@ def run_probe(
         ports,
         str(settings.workspace / "in.txt"),
         toolbox,
+        {"service": os.getpid()},  # the worker's forker: the zygote's stand-in
     )
     handle = spawn_turn(TurnRequest("t-sbx", 7, "probe"), settings)
     try:
@@ -212,3 +233,15 @@ def test_no_ruleset_is_prebuilt_for_a_workspace_that_does_not_exist_yet(tmp_path
     for confinement in (before, after):
         if confinement.cgroup is not None:
             confinement.cgroup.close()
+
+
+def test_no_tool_can_reach_a_process_outside_its_turn(
+    layer: str, report: dict[str, Any], planted: Settings
+) -> None:
+    # Issue 23: under the namespace layer a self-coded tool SIGSTOPped the zygote (same uid,
+    # no PID namespace). In a PID namespace of its own no pid outside has a name.
+    probe = report["probe"]
+    reached = {k: v for k, v in probe.items() if k.endswith("_service")}
+    print(layer, reached)
+    assert sandbox.plan(confined(planted, layer).sandbox).pidns
+    assert reached == PROCESS_REFUSED_BY[layer], reached

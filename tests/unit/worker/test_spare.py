@@ -38,6 +38,7 @@ from shelldon.worker.spawn import CRASH_REPLY, EXIT_OK
 from shelldon.worker.tools import Registry, context_from_settings
 from shelldon.worker.tools.selfcoded import toolbox_fingerprint
 from shelldon.worker.zygote import Zygote
+from tests.pids import host_pid, inner
 from tests.unit.selfcode.samples import ADDER, promote
 from tests.unit.worker.brain import call, calls, catalogued, reachable, say
 from tests.unit.worker.test_spawn import converse, registry_with, tool_output, wait_exit
@@ -53,7 +54,7 @@ from tests.unit.worker.test_zygote import (
 
 def _context(ctx: Any, **_: Any) -> str:
     """What the worker logs under, and its pid."""
-    return json.dumps({"log": structlog.contextvars.get_contextvars(), "pid": os.getpid()})
+    return json.dumps({"log": structlog.contextvars.get_contextvars(), "pid": host_pid()})
 
 
 def _spin(ctx: Any, **_: Any) -> str:
@@ -101,7 +102,7 @@ def idle_spare(z: Zygote, timeout: float = 5.0) -> int:
     assert pid is not None, "the zygote has no spare"
     until = time.monotonic() + timeout
     while time.monotonic() < until:
-        if "poll" in Path(f"/proc/{pid}/wchan").read_text():
+        if "poll" in Path(f"/proc/{inner(pid)}/wchan").read_text():
             return pid
         time.sleep(0.005)
     raise AssertionError(f"spare {pid} never went idle")
@@ -113,6 +114,7 @@ def idle_spare(z: Zygote, timeout: float = 5.0) -> int:
 def test_a_turn_through_the_spare_returns_its_result(zygote: Zygote) -> None:
     spare = zygote.spare_pid()
     assert spare is not None and spare in children_of(zygote.pid)
+    worker = inner(spare)
     with zygote.spawn_turn(turn()) as handle:
         assert handle.pid == spare
         jobs, result = converse(handle, [calls(call("context")), say("Done.")])
@@ -120,7 +122,7 @@ def test_a_turn_through_the_spare_returns_its_result(zygote: Zygote) -> None:
         assert result.turn_id == "t-spare" and result.reply == "Done."
         seen = json.loads(tool_output(jobs[1]))
         # The real turn id is bound in the worker's log context on assignment.
-        assert seen == {"log": {"actor": "worker", "turn_id": "t-spare"}, "pid": spare}
+        assert seen == {"log": {"actor": "worker", "turn_id": "t-spare"}, "pid": worker}
         assert wait_exit(handle) == EXIT_OK
     assert gone(spare)  # one worker per turn: it served this one and died
 
@@ -168,7 +170,8 @@ def test_spare_false_keeps_no_spare_and_forks_per_turn(settings: Settings) -> No
 
 
 def test_an_idle_spare_is_already_prepared_and_confined(zygote: Zygote, settings: Settings) -> None:
-    pid = idle_spare(zygote)
+    stub = idle_spare(zygote)
+    pid = inner(stub)
     assert Path(f"/proc/{pid}/cwd").resolve() == settings.workspace.resolve()
     assert f"{settings.limits.rlimit_cpu_s}" in next(
         line for line in Path(f"/proc/{pid}/limits").read_text().splitlines() if "cpu" in line
@@ -185,7 +188,10 @@ def test_an_idle_spare_is_already_prepared_and_confined(zygote: Zygote, settings
     rulesets = [t for t in extra.values() if t.startswith("anon_inode:[landlock")]
     assert len(sockets) == 1 and len(sockets) + len(rulesets) == len(extra), fds
     assert set(fds) >= {0, 1, 2}
-    assert parent_of(pid) == zygote.pid
+    if pid != stub:
+        # The zygote's child is a stub outside the PID namespace that holds nothing.
+        assert fds_of(stub) == {} and parent_of(pid) == stub
+    assert parent_of(stub) == zygote.pid
 
 
 def parent_of(pid: int) -> int:
@@ -193,11 +199,12 @@ def parent_of(pid: int) -> int:
 
 
 def test_an_idle_spare_blocks_without_spending_cpu(zygote: Zygote) -> None:
-    pid = idle_spare(zygote)
-    ticks = cpu_ticks(pid)
-    time.sleep(0.3)
-    assert cpu_ticks(pid) == ticks  # blocked in poll: no spin, no RLIMIT_CPU spent
-    assert status(pid)["State"].startswith("S")
+    stub = idle_spare(zygote)
+    for pid in {stub, inner(stub)}:
+        ticks = cpu_ticks(pid)
+        time.sleep(0.3)
+        assert cpu_ticks(pid) == ticks  # blocked in poll: no spin, no RLIMIT_CPU spent
+        assert status(pid)["State"].startswith("S")
 
 
 def test_a_spare_is_in_its_turns_cgroup_before_its_turn(
@@ -207,7 +214,7 @@ def test_a_spare_is_in_its_turns_cgroup_before_its_turn(
     try:
         pid = idle_spare(z)
         (turn_cgroup,) = [c for c in Path(cgroup_settings.sandbox.cgroup).iterdir() if c.is_dir()]
-        assert sandbox.TurnCgroup(turn_cgroup).pids() == [pid]
+        assert sorted(sandbox.TurnCgroup(turn_cgroup).pids()) == sorted({pid, inner(pid)})
         with z.spawn_turn(turn()) as handle:
             assert handle.pid == pid and handle.cgroup_path == str(turn_cgroup)
             converse(handle, [say("ok")])
@@ -282,7 +289,9 @@ def test_live_modules_without_a_manifest_are_never_offered(settings: Settings) -
 
 def test_a_spare_killed_while_idle_is_replaced_and_the_turn_runs(zygote: Zygote) -> None:
     killed = idle_spare(zygote)
-    os.kill(killed, signal.SIGKILL)
+    # The process that would run the turn dies (an OOM kill, a crash); its stub, if it has one
+    # outside its PID namespace, exits with it.
+    os.kill(inner(killed), signal.SIGKILL)
     with zygote.spawn_turn(turn()) as handle:
         assert handle.pid != killed
         _, result = converse(handle, [say("still served")])
@@ -296,7 +305,7 @@ def test_a_spare_killed_before_it_was_ready_is_replaced_too(zygote: Zygote) -> N
     for n in range(3):
         pid = zygote.spare_pid()
         assert pid is not None
-        os.kill(pid, signal.SIGKILL)
+        os.kill(inner(pid), signal.SIGKILL)
         with zygote.spawn_turn(turn(f"t-{n}")) as handle:
             _, result = converse(handle, [say("ok")])
             assert result.reply == "ok"
@@ -358,7 +367,7 @@ def test_assign_to_a_dead_spare_raises_spawn_error(settings: Settings) -> None:
 
 def test_assign_to_a_stopped_spare_times_out_into_spawn_error(settings: Settings) -> None:
     with spawn.spawn_spare(settings, registry_factory=FACTORY) as handle:
-        os.kill(handle.pid, signal.SIGSTOP)
+        os.kill(inner(handle.pid), signal.SIGSTOP)
         started = time.monotonic()
         with pytest.raises(SpawnError, match="acknowledgement"):
             spawn.assign_spare(handle, turn(), time.monotonic() + 60, wait_s=0.2)
