@@ -84,7 +84,7 @@ def _serve(
 
     # Under systemd's Delegate=yes: the service moves into a leaf so turns get cgroups. First,
     # so that the layers logged next say what turns really get.
-    sandbox.prepare_delegated_cgroup()
+    sandbox.prepare_delegated_cgroup(settings.sandbox)
     try:
         # Logs each confinement layer; in "required" mode a missing one stops us here.
         sandbox.check_required(settings)

@@ -26,6 +26,7 @@ from shelldon.core.turnwatch import (
     TurnWatch,
     Violation,
     apology,
+    death_kind,
     max_model_calls,
 )
 from shelldon.worker.channel import FrameError
@@ -173,7 +174,7 @@ class TurnActor(ContractActor):
             # No Result can come any more; whatever still runs there (a tool that shut the
             # channel and went on) is killed now, and its exit awaited like any other.
             log.warning("worker_closed_channel_without_result", turn_id=handle.turn_id)
-            self._end(self._apology("crash"), kill=True)
+            self._end(self._apology(death_kind(_cgroup_of(handle))), kill=True)
 
     def receiveMsg_JobAnswer(self, msg: JobAnswer, sender: ActorAddress) -> None:
         handle = self.handle
@@ -306,3 +307,10 @@ class TurnActor(ContractActor):
 
     def _report(self, chat_id: int, source: str, result: Result) -> None:
         self.send(self.peers["arbiter"], TurnEnded(chat_id, result, source))
+
+
+def _cgroup_of(handle: WorkerHandle) -> str | None:
+    path = getattr(handle, "cgroup_path", None)
+    if path is None and handle.cgroup is not None:
+        path = str(handle.cgroup.path)
+    return path

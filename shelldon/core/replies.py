@@ -24,6 +24,10 @@ APOLOGIES: dict[tuple[str, str], str] = {
         "Sorry — something broke inside me while thinking about that. Please try again."
     ),
     (STOPPED, "protocol"): "Sorry — my worker misbehaved, so I stopped it. Please try again.",
+    (STOPPED, "memory"): (
+        "Sorry — that needed more memory than one turn may have, so the kernel stopped it. "
+        "I'm fine otherwise; try something smaller?"
+    ),
     (MODEL, "rate_limited"): "Sorry — the model is rate-limited, try again in a minute.",
     (MODEL, "overloaded"): "Sorry — the model is overloaded right now, try again in a few minutes.",
     (MODEL, "timeout"): "Sorry — the model took too long to answer, try again.",

@@ -10,9 +10,11 @@ gets a best-effort reply instead.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from shelldon.contracts import Completion, Job, Result, ToolFailure, ToolStarted
 from shelldon.core.replies import stopped_apology
+from shelldon.core.sandbox.cgroup import TurnCgroup
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +113,18 @@ def apology(turn_id: str, kind: str, model_calls: int = 0, running_tool: str = "
     failures: tuple[ToolFailure, ...] = ()
     reply = stopped_apology(kind)
     if running_tool:
-        why = {"timeout": "it ran past the turn's time limit"}.get(
-            kind, f"the worker died ({kind})"
-        )
+        why = {
+            "timeout": "it ran past the turn's time limit",
+            "memory": "it needed more memory than a turn may have",
+        }.get(kind, f"the worker died ({kind})")
         failures = (ToolFailure(running_tool, f"stopped: {why}", self_coded=True),)
         reply = f"{reply} (My tool {running_tool} was running and didn't finish.)"
     return Result(turn_id=turn_id, reply=reply, tool_failures=failures, model_calls=model_calls)
+
+
+def death_kind(cgroup_path: str | None) -> str:
+    """Why a worker went without a Result, as its turn's cgroup saw it: ``memory`` when the
+    kernel killed the turn for its ``memory.max``, else ``crash``."""
+    if cgroup_path and TurnCgroup(Path(cgroup_path)).oom_killed():
+        return "memory"
+    return "crash"

@@ -1,5 +1,5 @@
 """Faults as systemd and the kernel handle them: kill -9 of the whole service, a stopped main
-process, a tool that eats memory, a fork bomb the owner approved."""
+process, a fork bomb the owner approved. (Runaway self-coded tools: test_05_containment.)"""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from collections import Counter
 import pytest
 
 from tests.system.rig import (
-    CGROUP,
-    GATE_S,
     START_S,
     TURN_S,
     UNIT,
@@ -23,29 +21,11 @@ from tests.system.rig import (
     cgroup_pids,
     describe_pids,
     journal,
-    memory_events,
     sh,
     show,
     sqlite,
     wait_until,
 )
-
-HOG = """\
-DESCRIPTION = "Hold a block of memory of the given size (MB) and say how big it was."
-PARAMS_SCHEMA = {"type": "object", "properties": {"mb": {"type": "integer"}}}
-
-
-def run(mb=1):
-    block = b"\\x01" * (mb * 2**20)  # written, not just reserved: every page is touched
-    return str(len(block) // 2**20)
-"""
-HOG_TEST = """\
-from memory_hog import run
-
-
-def test_a_small_block():
-    assert run(mb=2) == "2"
-"""
 
 
 def approvals_for(turn_query: str) -> list[str]:
@@ -119,37 +99,6 @@ def test_a_stopped_main_process_is_replaced_by_the_watchdog(pet: Pet) -> None:
     assert int(after["NRestarts"]) == int(before["NRestarts"]) + 1, (before, after)
     assert any("Watchdog timeout" in line for line in journal("--since", "-5min"))
     pet.turn("are you back?", "Back after the watchdog.")
-
-
-def test_a_tool_touching_600_mb_is_stopped_by_its_turn_cgroup_and_the_service_stays(
-    pet: Pet,
-) -> None:
-    pet.promote_tool("memory_hog", HOG, HOG_TEST)
-    pet.brain.reset()
-    before = show()
-    turns = CGROUP / "turns"
-    oom_before = memory_events(turns).get("oom_kill", 0)
-    service_oom_before = memory_events(CGROUP).get("oom_kill", 0)
-    pet.brain.reply_tool_calls(("memory_hog", {"mb": 600}))
-    pet.brain.reply_text("The memory hog is done.")
-    mark = pet.bot.say("use memory_hog with 600 MB")
-    # The turn ends with an answer (the model's, or an apology), well within its budget.
-    wait_until(lambda: pet.bot.texts(mark), TURN_S, "an answer to the 600 MB turn")
-    time.sleep(3)
-    after = show()
-    oom_after = memory_events(turns).get("oom_kill", 0)
-    service_oom_after = memory_events(CGROUP).get("oom_kill", 0)
-    policy = show("OOMPolicy")
-    print(
-        f"600 MB turn: replies {pet.bot.texts(mark)!r}; turns oom_kill {oom_before}→{oom_after};"
-        f" unit oom_kill {service_oom_before}→{service_oom_after}; {policy}; {before} → {after}"
-    )
-    assert after["MainPID"] == before["MainPID"], (before, after)
-    assert after["NRestarts"] == before["NRestarts"], (before, after)
-    assert turns.is_dir(), "no per-turn cgroup parent under the unit's cgroup"
-    assert oom_after > oom_before, "the kernel did not stop it in a turn's cgroup"
-    pet.brain.reset()
-    pet.turn("still with me?", "Still here after the hog.", timeout=GATE_S)
 
 
 def where(pids: dict[int, str]) -> Counter[str]:

@@ -71,9 +71,13 @@ def cgroup_parent(sandbox: SandboxSettings) -> Path | None:
     return None
 
 
-def prepare_delegated_cgroup() -> Path | None:
+def prepare_delegated_cgroup(sandbox: SandboxSettings | None = None) -> Path | None:
     """At service start, under ``Delegate=yes``: move the service into ``<cg>/service``, enable
-    the memory and pids controllers for children and create ``<cg>/turns``; returns it."""
+    the memory and pids controllers for children and create ``<cg>/turns``, capped as a whole
+    (``turns_memory_max_mb``, ``turns_pids_max``: every turn and gate run together stays
+    below what would make systemd's ``MemoryHigh``/``TasksMax`` squeeze the service itself);
+    returns it."""
+    sandbox = sandbox or SandboxSettings()
     delegated = delegated_cgroup()
     if delegated is None:
         return None
@@ -92,6 +96,14 @@ def prepare_delegated_cgroup() -> Path | None:
         if wanted:
             with contextlib.suppress(OSError):
                 (turns / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted))
+        _set_caps(
+            turns,
+            (
+                ("memory.max", str(sandbox.turns_memory_max_mb * _MB)),
+                ("memory.swap.max", "0"),
+                ("pids.max", str(sandbox.turns_pids_max)),
+            ),
+        )
     except OSError as exc:
         log.warning("cgroup_delegation_unusable", cgroup=str(delegated), error=str(exc))
         return None
@@ -137,6 +149,15 @@ class TurnCgroup:
                     return
                 time.sleep(0.002)
 
+    def oom_killed(self) -> bool:
+        """Whether the kernel killed anything in it for want of memory (its ``memory.max``)."""
+        try:
+            events = (self.path / "memory.events").read_text().split("\n")
+        except OSError:
+            return False
+        counts = dict(line.split() for line in events if line.count(" ") == 1)
+        return any(int(counts.get(k, "0")) > 0 for k in ("oom_kill", "oom_group_kill"))
+
     def pids(self) -> list[int]:
         """The processes now in the cgroup."""
         try:
@@ -161,13 +182,28 @@ def open_turn_cgroup(sandbox: SandboxSettings, name: str) -> TurnCgroup | None:
     except OSError as exc:
         log.warning("cgroup_not_created", cgroup=str(path), error=str(exc))
         return None
-    caps = (
-        ("memory.max", str(sandbox.memory_max_mb * 1024 * 1024)),
-        ("memory.swap.max", "0"),
-        ("pids.max", str(sandbox.pids_max)),
+    _set_caps(
+        path,
+        (
+            ("memory.max", str(sandbox.memory_max_mb * _MB)),
+            ("memory.swap.max", "0"),
+            # Out of memory, the whole turn goes (not just its largest process): the worker
+            # cannot carry on half-killed, and the owner is told why (``oom_killed``).
+            ("memory.oom.group", "1"),
+            ("pids.max", str(sandbox.pids_max)),
+        ),
     )
+    return TurnCgroup(path)
+
+
+_MB = 1024 * 1024
+
+
+def _set_caps(path: Path, caps: tuple[tuple[str, str], ...]) -> None:
+    """Write each knob the cgroup has (a missing controller has no file: skipped)."""
     for knob, value in caps:
         if (path / knob).exists():
-            with contextlib.suppress(OSError):
+            try:
                 _write(str(path / knob), value)
-    return TurnCgroup(path)
+            except OSError as exc:
+                log.warning("cgroup_cap_not_set", cgroup=str(path), knob=knob, error=str(exc))

@@ -79,8 +79,10 @@ def test_only_the_home_is_writable_and_the_rest_is_locked_down() -> None:
     assert d["CapabilityBoundingSet"] == [""]
     assert d["SystemCallFilter"][0] == "@system-service"
     assert d["RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6"]
-    # The worker's own user + mount (+ network) namespaces; no pid, ipc, uts, cgroup.
-    assert d["RestrictNamespaces"] == ["user mnt net"]
+    # The worker's own user, PID, mount (+ network) namespaces; no ipc, uts, cgroup.
+    assert d["RestrictNamespaces"] == ["user mnt net pid"]
+    # An OOM kill inside a turn's cgroup must not stop the unit (systemd's default policy).
+    assert d["OOMPolicy"] == ["continue"]
     assert d["PrivateUsers"] == ["yes"]
 
 
