@@ -54,7 +54,7 @@ DUE_AT_ONCE = 50
 
 
 SENDS: dict[type, tuple[str, Callable[[Any], Any]]] = {
-    rules.Say: ("transport", lambda e: Reply(e.chat_id, e.text)),
+    rules.Say: ("transport", lambda e: Reply(e.chat_id, e.text, markdown_chars=e.markdown_chars)),
     rules.SettleTap: ("transport", lambda e: Settle(e.decision, e.outcome, e.keep_keyboard)),
     rules.NowIdle: ("transport", lambda e: Idle(e.chat_id)),
     rules.RoutePromotion: ("gate", lambda e: DecidePromotion(e.decision)),

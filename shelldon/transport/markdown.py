@@ -306,3 +306,10 @@ def _heading_inline(text: str) -> str:
             text = text[2:-2]
     line = _scan(text)
     return _inline(line, 0, len(text), frozenset({"b"}), False)
+
+
+def reply_html(text: str, markdown_chars: int) -> str:
+    """A reply whose first ``markdown_chars`` characters are Markdown and the rest plain text,
+    as Telegram HTML."""
+    cut = max(0, min(markdown_chars, len(text)))
+    return markdown_to_html(text[:cut]) + escape(text[cut:])
