@@ -151,7 +151,9 @@ class ArbiterActor(ContractActor):
                     raise InboxOutOfStep(f"inbox row {item_id} was taken by someone else")
             case rules.AnswerCommand(chat_id, name, arg):
                 assert self.selfcode is not None
-                text = answer_command(name, arg, store, self.selfcode, settings, now)
+                text = answer_command(
+                    name, arg, store, self.selfcode, settings, now, chat_id=chat_id
+                )
                 self.send(self.peers["transport"], Reply(chat_id, text))
             case rules.BeginTurn():
                 self._begin(store, settings, effect)

@@ -52,6 +52,12 @@ OWNER_COMMANDS: tuple[tuple[str, str], ...] = (
     ("pending", "Approvals and promotions waiting for your tap, with their age"),
     ("budget", "Today's budget for turns I start myself"),
     ("restore", "Bring a quarantined tool back: /restore NAME"),
+    ("memory", "What I remember, numbered"),
+    ("forget", "Forget one thing I remember: /forget N"),
+    ("new", "Start a fresh conversation (what I remember stays)"),
+    ("schedule", "Turns I have scheduled for later, numbered"),
+    ("cancel", "Cancel a scheduled turn: /cancel N"),
+    ("usage", "Model calls and tokens today and this month, and their cost"),
 )
 """Owner commands, answered without a turn, with the line Telegram's menu (setMyCommands) and
 /help show for each: the one table of them."""
