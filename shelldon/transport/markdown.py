@@ -31,6 +31,7 @@ _SPECIAL = re.compile(r"[`\[*_]")
 # spaces, quotes or angle brackets (one level of parentheses, as in Wikipedia's URLs).
 _LINK = re.compile(r"\[(?P<label>[^\[\]\n]+)\]\((?P<url>(?:[^\s()<>\"'`]|\([^\s()<>\"'`]*\))+)\)")
 _URL = re.compile(r"(?:https?://[A-Za-z0-9.\-\[\]:@]+|tg://)[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*")
+_BARE_URL = re.compile(r"(?:https?|tg)://[^\s<>\"'`]+")
 _MAX_URL = 2048
 _KINDS = ("***", "**", "*", "___", "__", "_")
 
@@ -51,9 +52,12 @@ class _Line:
     """One line, with where its code spans and links are and where emphasis may close."""
 
     text: str
-    code: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # start: end, body
-    links: dict[int, tuple[int, int, str]] = field(default_factory=dict)  # start: end, label, url
+    # start: (end, body start, body end)
+    code: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    # start: (end, label end, url)
+    links: dict[int, tuple[int, int, str]] = field(default_factory=dict)
     closers: dict[str, list[int]] = field(default_factory=dict)
+    bare: _Spans | None = None  # URLs written out: no emphasis inside them
 
 
 def _run_length(text: str, i: int) -> int:
@@ -109,8 +113,10 @@ def _scan(text: str) -> _Line:
             continue
         line.links[m.start()] = (m.end(), m.end("label"), m.group("url"))
         targets.append((m.end("label"), m.end()))
-    # Emphasis never closes inside a code span or a link's target (a URL's underscores).
-    protected = _Spans([(s, e) for s, (e, _, _) in line.code.items()] + targets)
+    bare = [(m.start(), m.end()) for m in _BARE_URL.finditer(text) if not code.covers(m.start())]
+    line.bare = _Spans(list(bare))
+    # Emphasis never opens or closes inside a code span or a URL (a URL's underscores).
+    protected = _Spans([(s, e) for s, (e, _, _) in line.code.items()] + targets + bare)
     for kind in _KINDS:
         line.closers[kind] = [
             c
@@ -216,7 +222,8 @@ def _emphasis(
         return end
     kind = text[p] * n
     tags = _tags(kind)
-    if tags and not inside.intersection(tags) and _opens(text, p, kind):
+    in_url = line.bare is not None and line.bare.covers(p)
+    if tags and not in_url and not inside.intersection(tags) and _opens(text, p, kind):
         closers = line.closers[kind]
         k = bisect.bisect_left(closers, p + n + 1)
         if k < len(closers) and closers[k] + n <= end:

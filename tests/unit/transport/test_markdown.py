@@ -96,6 +96,11 @@ def test_lists_and_headings_read_as_lists_and_headings() -> None:
     ]
 
 
+def test_a_url_written_out_keeps_its_underscores_and_stars() -> None:
+    out = render("see https://example.com/_private_/x*y* and _this_")
+    assert out == "see https://example.com/_private_/x*y* and <i>this</i>"
+
+
 def test_words_code_and_math_are_left_as_written() -> None:
     for text in ("snake_case_name", "2**10 + 3**2", "ls a*b*c", "a * b * c", "f(x)_1_2"):
         assert to_plain(render(text)) == text, text
