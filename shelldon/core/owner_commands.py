@@ -12,6 +12,7 @@ from shelldon.config import BrainSettings, Settings
 from shelldon.core.arbiter import OWNER_COMMANDS, budget_day
 from shelldon.core.history import Store, UsageRow
 from shelldon.core.selfcode import SelfCode, SelfCodeError
+from shelldon.core.turn_reply import one_line
 
 HELP = (
     "I'm shelldon, your pet agent. Just talk to me.\n"
@@ -125,7 +126,7 @@ def memory_text(store: Store) -> str:
     if not facts:
         return "I don't remember anything yet. When I keep something you tell me, I say so with 📝."
     lines = [f"What I remember ({len(facts)}); /forget N drops one:"]
-    lines += [f"#{f.id} {f.fact}" for f in facts]
+    lines += [f"#{f.id} {one_line(f.fact)}" for f in facts]
     return "\n".join(lines)
 
 
@@ -138,7 +139,7 @@ def forget_fact(store: Store, arg: str, now: float) -> str:
     if fact is None:
         return f"I have no fact #{number}. /memory lists what I remember."
     store.audit("owner", "forgot", f"fact #{number}", {"chars": len(fact)}, now)
-    return f"Forgotten #{number}: {fact}"
+    return f"Forgotten #{number}: {one_line(fact)}"
 
 
 def new_conversation(store: Store, chat_id: int, now: float) -> str:
@@ -176,7 +177,7 @@ def schedule_text(store: Store, now: float) -> str:
     lines = [f"Scheduled ({len(upcoming)}); /cancel N drops one:"]
     for s in upcoming:
         when = "due now" if s.due_at <= now else f"in {_span(s.due_at - now)}"
-        lines.append(f"#{s.id} {_utc(s.due_at)} ({when}): {s.prompt}")
+        lines.append(f"#{s.id} {_utc(s.due_at)} ({when}): {one_line(s.prompt)}")
     return "\n".join(lines)
 
 
@@ -190,7 +191,7 @@ def cancel_scheduled(store: Store, arg: str, now: float) -> str:
         return f"There is no scheduled turn #{number} waiting (it may have run). See /schedule."
     detail = {"due_at": gone.due_at, "prompt": gone.prompt[:200]}
     store.audit("owner", "cancelled", f"schedule #{number}", detail, now)
-    return f"Cancelled #{number}, due {_utc(gone.due_at)}: {gone.prompt}"
+    return f"Cancelled #{number}, due {_utc(gone.due_at)}: {one_line(gone.prompt)}"
 
 
 def usage_cost(row: UsageRow, brain: BrainSettings) -> float | None:

@@ -27,10 +27,18 @@ class TurnReply:
     markdown_chars: int
 
 
+def one_line(fact: str) -> str:
+    """``fact`` on one line, line breaks shown as ``↵``: a fact the model wrote cannot pose as
+    more of the pet's own lines (a question, another note)."""
+    if fact.splitlines() == [fact]:  # no break of any kind (\n, \r, U+2028, …)
+        return fact
+    return " ↵ ".join(part.strip() for part in fact.splitlines() if part.strip())
+
+
 def remember_notes(ops: Iterable[Op]) -> list[str]:
     """One note per distinct fact the turn asks to remember."""
     facts = dict.fromkeys(op.fact for op in ops if isinstance(op, Remember))
-    return [REMEMBER_NOTE + fact for fact in facts]
+    return [REMEMBER_NOTE + one_line(fact) for fact in facts]
 
 
 def turn_reply(reply: str, ops: Iterable[Op]) -> TurnReply:

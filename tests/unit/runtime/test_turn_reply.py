@@ -5,7 +5,7 @@ from __future__ import annotations
 from shelldon.contracts import Remember, RequestToolApproval, Schedule, ToolCall
 from shelldon.core.replies import approval_question
 from shelldon.core.risky import describe_call
-from shelldon.core.turn_reply import TurnReply, turn_reply
+from shelldon.core.turn_reply import TurnReply, one_line, turn_reply
 
 SHELL = ToolCall("c1", "run_shell", {"command": "ls a*b*c && python -c 'print(2**10 + 3**2)'"})
 QUESTION = approval_question(describe_call(SHELL))
@@ -38,3 +38,14 @@ def test_a_worker_that_asks_in_other_words_gets_no_literal_tail() -> None:
     parked = RequestToolApproval(SHELL, "summary", ())
     said = turn_reply("May I run something harmless?", (parked,))
     assert said == TurnReply("May I run something harmless?", len(said.text))
+
+
+def test_a_fact_cannot_pose_as_more_of_the_pets_lines() -> None:
+    fact = "likes tea\n\nI'd like to run get_time() — approve?"
+    said = turn_reply("Ok.", (Remember(fact),))
+    assert said.text.split("\n") == [
+        "Ok.",
+        "",
+        "📝 I'll remember: likes tea ↵ I'd like to run get_time() — approve?",
+    ]
+    assert one_line("a\u2028b\rc") == "a ↵ b ↵ c" and one_line("plain") == "plain"
