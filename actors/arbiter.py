@@ -54,7 +54,7 @@ DUE_AT_ONCE = 50
 
 
 SENDS: dict[type, tuple[str, Callable[[Any], Any]]] = {
-    rules.Say: ("transport", lambda e: Reply(e.chat_id, e.text)),
+    rules.Say: ("transport", lambda e: Reply(e.chat_id, e.text, markdown_chars=e.markdown_chars)),
     rules.SettleTap: ("transport", lambda e: Settle(e.decision, e.outcome, e.keep_keyboard)),
     rules.NowIdle: ("transport", lambda e: Idle(e.chat_id)),
     rules.RoutePromotion: ("gate", lambda e: DecidePromotion(e.decision)),
@@ -151,7 +151,9 @@ class ArbiterActor(ContractActor):
                     raise InboxOutOfStep(f"inbox row {item_id} was taken by someone else")
             case rules.AnswerCommand(chat_id, name, arg):
                 assert self.selfcode is not None
-                text = answer_command(name, arg, store, self.selfcode, settings, now)
+                text = answer_command(
+                    name, arg, store, self.selfcode, settings, now, chat_id=chat_id
+                )
                 self.send(self.peers["transport"], Reply(chat_id, text))
             case rules.BeginTurn():
                 self._begin(store, settings, effect)

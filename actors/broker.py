@@ -3,6 +3,8 @@ JobFailed. Provider calls run on an asyncio loop in a thread so this mailbox nev
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from typing import Any
 
 import structlog
@@ -11,7 +13,8 @@ from thespian.actors import ActorAddress, ActorExitRequest, WatchMessage
 from actors.base import ContractActor
 from actors.bridge import AsyncBridge
 from actors.messages import JobAnswer, Wire
-from shelldon.contracts import Job, JobFailed
+from shelldon.contracts import Job, JobFailed, Usage
+from shelldon.core.history import Store
 
 log = structlog.get_logger(__name__)
 
@@ -25,12 +28,16 @@ class BrokerActor(ContractActor):
         self.bridge: AsyncBridge | None = None
         self.load_kind = "unconfigured"
         self.load_error = ""
+        self.store: Store | None = None
+        self.brain: tuple[str, str] = ("", "")  # provider, model: what /usage counts under
 
     def receiveMsg_Wire(self, msg: Wire, sender: ActorAddress) -> None:
         from shelldon.broker import load_provider
 
         if self.bridge is not None:
             return  # a re-Wire after a peer restart changes addresses only
+        self.store = Store(msg.settings.database)
+        self.brain = (msg.settings.brain.provider, msg.settings.brain.model)
         self.bridge = AsyncBridge("broker")
         self.watch(self.bridge.fileno())
         from shelldon.secrets import SecretMissingError
@@ -70,6 +77,7 @@ class BrokerActor(ContractActor):
                     tool_calls=len(completion.tool_calls),
                 )
                 self.send(reply_to, JobAnswer(turn_id, completion))
+                self._count(turn_id, usage)
             elif isinstance(error, ProviderError):
                 log.warning(
                     "model_call_failed", turn_id=turn_id, kind=error.kind, error=error.message
@@ -83,6 +91,19 @@ class BrokerActor(ContractActor):
                 answer = JobFailed(turn_id, "server", f"internal error: {type(error).__name__}")
                 self.send(reply_to, JobAnswer(turn_id, answer))
 
+    def _count(self, turn_id: str, usage: Usage) -> None:
+        """Persist one completed call for /usage; the answer has gone out already, and a
+        store that cannot take the row costs a line in the log, never the turn."""
+        if self.store is None:
+            return
+        provider, model = self.brain
+        try:
+            self.store.record_model_call(
+                provider, model, usage.input_tokens, usage.output_tokens, time.time(), turn_id
+            )
+        except sqlite3.Error as exc:
+            log.error("model_call_not_counted", turn_id=turn_id, error=str(exc))
+
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: ActorAddress) -> None:
         if self.bridge is not None:
             if self.provider is not None:
@@ -92,3 +113,6 @@ class BrokerActor(ContractActor):
                     log.exception("provider_close_failed")
             self.bridge.close()
             self.bridge = None
+        if self.store is not None:
+            self.store.close()
+            self.store = None

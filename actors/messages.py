@@ -56,11 +56,13 @@ TOOL_REFUSED = "tool_refused"
 @dataclass(frozen=True, slots=True)
 class Reply:
     """→ transport: send ``text`` to the owner; ``kind`` says what it reports ("" a chat
-    reply, ``TOOL_REFUSED``), so the console's demo can tell without reading the text."""
+    reply, ``TOOL_REFUSED``), so the console's demo can tell without reading the text. The
+    first ``markdown_chars`` characters are the model's Markdown (Telegram renders them)."""
 
     chat_id: int
     text: str
     kind: str = ""
+    markdown_chars: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -247,7 +247,8 @@ class TransportActor(ContractActor):
             if msg.kind == TOOL_REFUSED and self.session and self.session.on_tool_refused():
                 self._end_story()
         elif self.telegram is not None and self.bridge is not None:
-            self.bridge.submit(self.telegram.reply(msg.chat_id, msg.text), ("reply", msg.chat_id))
+            reply = self.telegram.reply(msg.chat_id, msg.text, msg.markdown_chars)
+            self.bridge.submit(reply, ("reply", msg.chat_id))
 
     def receiveMsg_Typing(self, msg: Typing, sender: ActorAddress) -> None:
         if self.telegram is not None and self.bridge is not None:

@@ -156,6 +156,9 @@ allowed_users = []
 provider = "anthropic"
 model = "claude-sonnet-4-5"
 # base_url = "https://api.z.ai/api/anthropic"
+# What the model costs, in US$ per million tokens, so /usage can show the cost (0 = unknown):
+# price_in_per_mtok = 3.0
+# price_out_per_mtok = 15.0
 
 [limits]
 daily_turn_budget = 48

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -58,6 +59,10 @@ class BrainSettings:
     script: str = ""
     max_tokens: int = 1024
     persona: str = "You are shelldon, a small, curious pet agent living on a Raspberry Pi."
+    # What this provider and model cost, per million input / output tokens (0: not known);
+    # /usage shows the cost of the calls they made.
+    price_in_per_mtok: float = 0.0
+    price_out_per_mtok: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +266,10 @@ def _validate(s: Settings) -> None:
         raise ConfigError("limits.bail_margin_s", "must be >= 0 and below limits.turn_timeout_s")
     if lim.kill_grace_s < 0:
         raise ConfigError("limits.kill_grace_s", "must be >= 0")
+    for key in ("price_in_per_mtok", "price_out_per_mtok"):
+        price = getattr(s.brain, key)
+        if not math.isfinite(price) or price < 0:
+            raise ConfigError(f"brain.{key}", f"must be a price >= 0 (0: not known), got {price}")
 
 
 NOT_SETTINGS = frozenset({"SHELLDON_HOME", "SHELLDON_CONFIG", "SHELLDON_LOGGING"})

@@ -40,6 +40,7 @@ from shelldon.contracts import (
 )
 from shelldon.core.history import Scheduled
 from shelldon.core.risky import park_refusal, refused_park_text
+from shelldon.core.turn_reply import turn_reply
 from shelldon.core.turnwatch import apology
 
 log = structlog.get_logger(__name__)
@@ -51,6 +52,12 @@ OWNER_COMMANDS: tuple[tuple[str, str], ...] = (
     ("pending", "Approvals and promotions waiting for your tap, with their age"),
     ("budget", "Today's budget for turns I start myself"),
     ("restore", "Bring a quarantined tool back: /restore NAME"),
+    ("memory", "What I remember, numbered"),
+    ("forget", "Forget one thing I remember: /forget N"),
+    ("new", "Start a fresh conversation (what I remember stays)"),
+    ("schedule", "Turns I have scheduled for later, numbered"),
+    ("cancel", "Cancel a scheduled turn: /cancel N"),
+    ("usage", "Model calls and tokens today and this month, and their cost"),
 )
 """Owner commands, answered without a turn, with the line Telegram's menu (setMyCommands) and
 /help show for each: the one table of them."""
@@ -227,10 +234,12 @@ class TakeRow:
 
 @dataclass(frozen=True, slots=True)
 class Say:
-    """Send ``text`` to the owner."""
+    """Send ``text`` to the owner; its first ``markdown_chars`` characters are the model's
+    Markdown (rendered by a transport that can), the rest is sent as written."""
 
     chat_id: int
     text: str
+    markdown_chars: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -516,17 +525,21 @@ class Arbiter:
             return []
         self.busy, self.adopted_until = None, 0.0
         effects: list[Effect] = [FinishInbox(result.turn_id)]
-        if result.reply:
-            effects += [Say(chat_id, result.reply), RecordReply(chat_id, result.reply)]
-        ops = []
+        ops, refused = [], []
         for op in result.ops:
             why = park_refusal(op.call) if isinstance(op, RequestToolApproval) else ""
             if isinstance(op, RequestToolApproval) and why:
                 # Only a RISKY built-in's call is ever parked: nothing waits for a tap.
                 log.warning("park_refused", turn_id=result.turn_id, tool=op.call.name, why=why)
-                effects.append(Say(chat_id, refused_park_text(op.call, why)))
+                refused.append(Say(chat_id, refused_park_text(op.call, why)))
             else:
                 ops.append(op)
+        said = turn_reply(result.reply, ops)
+        if said.text:
+            effects.append(Say(chat_id, said.text, said.markdown_chars))
+        if result.reply:
+            effects.append(RecordReply(chat_id, result.reply))
+        effects += refused
         effects += [ApplyOp(result.turn_id, chat_id, op) for op in ops]
         if result.tool_failures:
             effects.append(Strike(chat_id, result.tool_failures))

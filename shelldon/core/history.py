@@ -1,6 +1,6 @@
 """The sqlite store: conversation, memory, parked approvals and promotions, tool health,
-the approved self-coded tools, schedule, budget, Telegram update dedup, the inbox of handed-off
-events, and the audit log.
+the approved self-coded tools, schedule, budget, model usage, Telegram update dedup, the inbox
+of handed-off events, and the audit log.
 
 One file under home, WAL mode, a busy timeout so several actor processes can share it, and a
 schema versioned with ``PRAGMA user_version`` and forward-only migrations. Writes that must
@@ -80,6 +80,15 @@ _MIGRATIONS: tuple[str, ...] = (
         state TEXT NOT NULL CHECK (state IN ('live', 'quarantined')),
         approved_at REAL NOT NULL, turn_id TEXT NOT NULL DEFAULT '');
     """,
+    # v4, model usage: one row per model call the broker completed (provider, model, tokens),
+    # written by the actor side, never by a worker, so /usage can count today and this month.
+    """
+    CREATE TABLE model_calls (
+        id INTEGER PRIMARY KEY, ts REAL NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL,
+        input_tokens INTEGER NOT NULL, output_tokens INTEGER NOT NULL,
+        turn_id TEXT NOT NULL DEFAULT '');
+    CREATE INDEX model_calls_ts ON model_calls (ts);
+    """,
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -124,6 +133,25 @@ class Scheduled:
     chat_id: int
     due_at: float
     prompt: str
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """A remembered fact and its number (its id: numbers stay put when another is forgotten)."""
+
+    id: int
+    fact: str
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """Model calls and tokens of one provider and model over some time."""
+
+    provider: str
+    model: str
+    calls: int
+    input_tokens: int
+    output_tokens: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +315,23 @@ class Store:
         """Remembered facts, oldest first."""
         rows = self._db.execute("SELECT fact FROM facts ORDER BY id LIMIT ?", (limit,))
         return [r[0] for r in rows.fetchall()]
+
+    def numbered_facts(self, limit: int = 100) -> list[Fact]:
+        """Remembered facts with their numbers, oldest first."""
+        rows = self._db.execute("SELECT id, fact FROM facts ORDER BY id LIMIT ?", (limit,))
+        return [Fact(r[0], r[1]) for r in rows.fetchall()]
+
+    def forget(self, fact_id: int) -> str | None:
+        """Delete fact number ``fact_id``; returns what it said, or None if there is none."""
+        with self._write(durable=True) as db:
+            row = db.execute("DELETE FROM facts WHERE id = ? RETURNING fact", (fact_id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def clear_conversation(self, chat_id: int) -> int:
+        """Drop a chat's conversation history (a fresh start); returns how many messages went."""
+        with self._write(durable=True) as db:
+            cur = db.execute("DELETE FROM messages WHERE chat_id = ?", (chat_id,))
+            return cur.rowcount
 
     # ------------------------------------------------------------ approvals and promotions
 
@@ -468,6 +513,25 @@ class Store:
         ).fetchall()
         return [Scheduled(*r) for r in rows]
 
+    def upcoming(self, limit: int = 50) -> list[Scheduled]:
+        """Scheduled turns not started yet, soonest first."""
+        rows = self._db.execute(
+            "SELECT id, chat_id, due_at, prompt FROM schedule "
+            "WHERE started_at IS NULL ORDER BY due_at, id LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [Scheduled(*r) for r in rows]
+
+    def cancel_scheduled(self, schedule_id: int) -> Scheduled | None:
+        """Remove a scheduled turn that has not started; returns it, or None if there is none."""
+        with self._write(durable=True) as db:
+            row = db.execute(
+                "DELETE FROM schedule WHERE id = ? AND started_at IS NULL "
+                "RETURNING id, chat_id, due_at, prompt",
+                (schedule_id,),
+            ).fetchone()
+        return None if row is None else Scheduled(*row)
+
     def start_due(self, schedule_id: int, now: float) -> bool:
         """Mark a scheduled turn started; False if it was started before (each starts once)."""
         with self._write(durable=True) as db:
@@ -498,6 +562,37 @@ class Store:
         """How much of ``day``'s budget is spent."""
         row = self._db.execute("SELECT spent FROM budget WHERE day = ?", (day,)).fetchone()
         return 0 if row is None else int(row[0])
+
+    # ------------------------------------------------------------ model usage
+
+    def record_model_call(
+        self,
+        provider: str,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+        now: float,
+        turn_id: str = "",
+    ) -> None:
+        """Count one completed model call (``NORMAL`` durability: a power cut may forget the
+        last few, as it may the conversation)."""
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO model_calls "
+                "(ts, provider, model, input_tokens, output_tokens, turn_id) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (now, provider, model, max(0, input_tokens), max(0, output_tokens), turn_id),
+            )
+
+    def usage_between(self, start: float, end: float) -> list[UsageRow]:
+        """Model calls and tokens per provider and model with ``start <= ts < end``."""
+        rows = self._db.execute(
+            "SELECT provider, model, COUNT(*), SUM(input_tokens), SUM(output_tokens) "
+            "FROM model_calls WHERE ts >= ? AND ts < ? GROUP BY provider, model "
+            "ORDER BY provider, model",
+            (start, end),
+        ).fetchall()
+        return [UsageRow(r[0], r[1], int(r[2]), int(r[3]), int(r[4])) for r in rows]
 
     # ------------------------------------------------------------ transport dedup and inbox
 

@@ -18,6 +18,7 @@ import structlog
 
 from shelldon.contracts import Decision, InboundMessage
 from shelldon.core.arbiter import OWNER_COMMANDS
+from shelldon.transport.render import escape
 from shelldon.transport.telegram import BadRequest, BotApi, RetryPolicy, Sleep, TelegramError
 from shelldon.transport.updates import (
     Rejected,
@@ -153,8 +154,9 @@ class Poller:
 
     async def _take(self, update_id: int, raw: object) -> None:
         parsed = parse_update(raw, self._rules)
+        told = False
         try:
-            callback_id, notice = await self._store(update_id, parsed)
+            callback_id, notice, told = await self._store(update_id, parsed)
         except Exception:
             # One update that cannot be stored must not stop the pet (unconfirmed, it would
             # come back at every restart and crash it again): log it, drop it, and go on; the
@@ -162,15 +164,18 @@ class Poller:
             log.exception("telegram.update_not_stored", update_id=update_id)
             callback_id, notice = _callback_id(parsed), None
         await self._answer(callback_id, notice)
+        if told and isinstance(parsed, Rejected):
+            await self._tell(parsed.chat_id, parsed.notice)
 
     async def _store(
         self, update_id: int, parsed: InboundMessage | Decision | Rejected
-    ) -> tuple[str, str | None]:
-        """Hand ``parsed`` off and record ``update_id``; return the tap to answer and how."""
+    ) -> tuple[str, str | None, bool]:
+        """Hand ``parsed`` off and record ``update_id``; return the tap to answer and how, and
+        whether the owner is to be told the update's ``notice`` (once, not on a re-delivery)."""
         if self._ledger.is_processed(update_id):
             log.info("telegram.duplicate_update_skipped", update_id=update_id)
             # The crash that re-delivered it may have come before the tap was answered.
-            return _callback_id(parsed), None
+            return _callback_id(parsed), None, False
         if isinstance(parsed, Rejected):
             log.warning(
                 "telegram.update_dropped",
@@ -179,10 +184,21 @@ class Poller:
                 reason=parsed.reason,
             )
             self._ledger.mark_processed(update_id)
-            return parsed.callback_id, INVALID_BUTTON_NOTICE if parsed.from_owner else None
+            tap = INVALID_BUTTON_NOTICE if parsed.from_owner else None
+            return parsed.callback_id, tap, bool(parsed.notice and parsed.chat_id)
         notice = await self._handoff(parsed)
         self._ledger.mark_processed(update_id)
-        return _callback_id(parsed), notice if isinstance(parsed, Decision) else None
+        return _callback_id(parsed), notice if isinstance(parsed, Decision) else None, False
+
+    async def _tell(self, chat_id: int, notice: str) -> None:
+        """Tell the owner why an update of theirs starts nothing (best effort: the update is
+        already confirmed, and a lost notice costs nothing but the courtesy)."""
+        try:
+            await self._api.send_message(chat_id, escape(notice))
+        except TelegramError as exc:
+            if exc.fatal:
+                raise
+            log.info("telegram.notice_not_sent", error=str(exc))
 
     async def _answer(self, callback_id: str, text: str | None) -> None:
         if not callback_id:

@@ -17,6 +17,7 @@ from shelldon.transport.approvals import (
     render_promotion,
     render_risky_approval,
 )
+from shelldon.transport.markdown import reply_html
 from shelldon.transport.outbox import Outbox
 from shelldon.transport.poller import Poller
 from shelldon.transport.render import escape
@@ -79,9 +80,10 @@ class TelegramLink:
         log.info("telegram_polling", api_base=self.settings.telegram.api_base)
         await poller.run()
 
-    async def reply(self, chat_id: int, text: str) -> None:
-        """Send the owner a plain-text reply (escaped for HTML, split as needed)."""
-        await self.outbox.send_text(chat_id, escape(text))
+    async def reply(self, chat_id: int, text: str, markdown_chars: int = 0) -> None:
+        """Send the owner a reply whose first ``markdown_chars`` characters are the model's
+        Markdown (rendered as Telegram HTML) and the rest plain text, split as needed."""
+        await self.outbox.send_text(chat_id, reply_html(text, markdown_chars))
 
     async def typing(self, chat_id: int) -> None:
         """Show the typing indicator."""

@@ -33,13 +33,46 @@ class UpdateRules:
 @dataclass(frozen=True, slots=True)
 class Rejected:
     """An update that starts nothing. ``callback_id`` is set for taps (they still get an
-    answer, to stop the spinner); ``from_owner`` says whether the sender passed the gate."""
+    answer, to stop the spinner); ``from_owner`` says whether the sender passed the gate;
+    ``notice`` is what the owner is told in chat ``chat_id`` (a photo: text only, for now)."""
 
     reason: str
     update_id: int | None = None
     user_id: int | None = None
     callback_id: str = ""
     from_owner: bool = False
+    chat_id: int = 0
+    notice: str = ""
+
+
+UNREADABLE: tuple[tuple[str, str], ...] = (
+    ("photo", "photo"),
+    ("voice", "voice note"),
+    ("video_note", "video message"),
+    ("sticker", "sticker"),
+    ("animation", "GIF"),  # before "document": an animation carries one too
+    ("document", "file"),
+    ("video", "video"),
+    ("audio", "audio file"),
+    ("venue", "place"),
+    ("location", "location"),
+    ("contact", "contact"),
+    ("poll", "poll"),
+    ("dice", "dice"),
+    ("story", "story"),
+)
+"""Message contents the pet cannot read yet, by Bot API field, with the owner's word for each."""
+
+
+def text_only_notice(kind: str) -> str:
+    """What the owner is told when they send something that is not text."""
+    return f"I can only read text for now, so I can't take in that {kind}. Tell me in words?"
+
+
+def unreadable_kind(message: dict[str, Any]) -> str:
+    """The owner's word for what a message without text holds ("" for a service message,
+    such as a pin, which needs no answer)."""
+    return next((word for key, word in UNREADABLE if key in message), "")
 
 
 Parsed = InboundMessage | Decision | Rejected
@@ -109,7 +142,10 @@ def _parse_message(update_id: int, message: dict[str, Any], rules: UpdateRules) 
         return Rejected("owner message outside a private chat", update_id, user_id)
     text = message.get("text")
     if not isinstance(text, str) or not text.strip():
-        return Rejected("message has no text", update_id, user_id, from_owner=True)
+        kind = unreadable_kind(message) if not isinstance(text, str) else ""
+        notice = text_only_notice(kind) if kind else ""
+        reason = f"message has no text ({kind})" if kind else "message has no text"
+        return Rejected(reason, update_id, user_id, from_owner=True, chat_id=chat_id, notice=notice)
     # JSON may carry lone surrogates ("\udcff"): not text, and not storable as UTF-8.
     text = text.encode("utf-8", "replace").decode("utf-8")
     return InboundMessage(chat_id=chat_id, user_id=user_id, text=text, update_id=update_id)

@@ -78,7 +78,8 @@ def system_prompt(
     limit = settings.limits.max_tool_executions
     parts.append(
         f"{tool_list(tools)} Call a tool when it helps (at most {limit} tool runs per turn); "
-        "answer in plain text when you are done."
+        "answer in text when you are done (light Markdown reads well: **bold**, *italics*, "
+        "`code`, fenced code blocks, [links](https://…), - lists)."
     )
     if catalogue:
         parts.append(f"{CATALOGUE_INTRO}\n{catalogue_text(catalogue)}")

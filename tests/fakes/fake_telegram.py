@@ -297,6 +297,20 @@ class FakeTelegram:
         }
         return self.queue_update({"message": message})
 
+    def queue_media(self, user_id: int, field: str, value: Any, caption: str = "") -> int:
+        """Queue a message without text from ``user_id``: a ``photo``, ``voice``, ``sticker``,
+        ``document``… (``field`` as the Bot API names it, holding ``value``)."""
+        message: dict[str, Any] = {
+            "message_id": self._new_message_id(),
+            "date": int(time.time()),
+            "from": {"id": user_id, "is_bot": False, "first_name": f"user{user_id}"},
+            "chat": {"id": user_id, "type": "private"},
+            field: value,
+        }
+        if caption:
+            message["caption"] = caption
+        return self.queue_update({"message": message})
+
     def queue_callback(self, user_id: int, data: Any, message_id: int, chat_id: int) -> str:
         """Queue a tap with raw ``data`` on message ``message_id``; returns the query id."""
         query_id = f"cbq{self._next_callback}"

@@ -65,5 +65,8 @@ def test_a_start_reports_ready_with_its_status_text(configured: Pet) -> None:
     cgroup = [e for e in layers if e["layer"] == "cgroup per turn"][-1]
     assert cgroup["active"] is True and cgroup["detail"].endswith("/turns"), cgroup
     names = [c["command"] for c in configured.bot.fake.commands]
-    assert names == ["start", "help", "tools", "pending", "budget", "restore"], names
+    assert names == [
+        "start", "help", "tools", "pending", "budget", "restore",
+        "memory", "forget", "new", "schedule", "cancel", "usage",
+    ], names  # fmt: skip
     assert configured.bot.polls() > 0

@@ -83,8 +83,21 @@ def test_commands_are_registered_at_start(stores) -> None:  # type: ignore[no-un
             async with rig.api:
                 await rig.poller.start()
             names = [c["command"] for c in tg.commands]
-            assert names == ["start", "help", "tools", "pending", "budget", "restore"]
-            assert len(OWNER_COMMANDS) == 6
+            assert names == [
+                "start",
+                "help",
+                "tools",
+                "pending",
+                "budget",
+                "restore",
+                "memory",
+                "forget",
+                "new",
+                "schedule",
+                "cancel",
+                "usage",
+            ]
+            assert len(OWNER_COMMANDS) == 12
 
     run(scenario())
 
@@ -168,6 +181,36 @@ def test_stranger_message_and_tap_never_reach_a_turn(stores) -> None:  # type: i
                 dropped = [e for e in logs if e["event"] == "telegram.update_dropped"]
                 assert [e["user_id"] for e in dropped] == [STRANGER, STRANGER]
                 assert all("rm -rf" not in str(e) for e in logs)
+
+    run(scenario())
+
+
+def test_owner_media_is_told_text_only_once_and_starts_nothing(stores) -> None:  # type: ignore[no-untyped-def]
+    ledger, store = stores
+
+    async def scenario() -> None:
+        async with FakeTelegram() as tg:
+            rig = Rig(tg, ledger, store)
+            async with rig.api:
+                tg.queue_media(OWNER, "photo", [{"file_id": "p1"}], caption="<b>look</b>")
+                tg.queue_media(OWNER, "voice", {"file_id": "v1", "duration": 3})
+                tg.queue_media(OWNER, "sticker", {"file_id": "s1", "emoji": "🐢"})
+                tg.queue_media(OWNER, "document", {"file_id": "d1", "file_name": "a.pdf"})
+                tg.queue_media(STRANGER, "photo", [{"file_id": "p2"}])
+                await rig.poller.poll_once()
+                told = [m.visible for m in tg.sent]
+                assert all(m.chat_id == OWNER for m in tg.sent)
+                assert [t.startswith("I can only read text for now") for t in told] == [True] * 4
+                assert ["photo" in told[0], "voice note" in told[1], "sticker" in told[2]] == [
+                    True
+                ] * 3
+                assert "file" in told[3]
+                assert store.handoffs == 0 and tg.rejected == []
+            # A restart before the offset was confirmed re-delivers them: nobody is told twice.
+            again = Rig(tg, ledger, store)
+            async with again.api:
+                await again.poller.poll_once()
+            assert len(tg.sent) == 4
 
     run(scenario())
 

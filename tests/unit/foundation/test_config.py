@@ -60,8 +60,10 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
         "SHELLDON_TELEGRAM_ALLOWED_USERS": "1, 2",
         "SHELLDON_LIMITS_TURN_TIMEOUT_S": "12.5",
         "SHELLDON_BRAIN_PROVIDER": "anthropic",
+        "SHELLDON_BRAIN_PRICE_OUT_PER_MTOK": "15",
     }
     s = load_settings(environ=env)
+    assert (s.brain.price_in_per_mtok, s.brain.price_out_per_mtok) == (0.0, 15.0)
     assert s.limits.daily_turn_budget == 3
     assert s.telegram.allowed_users == (1, 2)
     assert s.limits.turn_timeout_s == 12.5
@@ -84,6 +86,10 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
         ('[telegram]\nallowed_users = ["me"]\n', "telegram.allowed_users"),
         ('[telegram]\napi_base = "ftp://x"\n', "telegram.api_base"),
         ('[sandbox]\nmode = "maybe"\n', "sandbox.mode"),
+        ("[brain]\nprice_in_per_mtok = -3\n", "brain.price_in_per_mtok"),
+        ("[brain]\nprice_out_per_mtok = nan\n", "brain.price_out_per_mtok"),
+        ('[brain]\nprice_out_per_mtok = "$15"\n', "brain.price_out_per_mtok"),
+        ("[brain]\nprice_per_mtok = 3\n", "brain.price_per_mtok"),
     ],
 )
 def test_bad_file_names_the_key(tmp_path: Path, text: str, key: str) -> None:

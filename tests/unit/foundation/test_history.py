@@ -278,3 +278,24 @@ def test_concurrent_writers_from_processes_all_land(tmp_path: Path) -> None:
         assert os.waitpid(pid, 0)[1] == 0
     with Store(path) as s:
         assert len(s.recent_messages(1, limit=1000)) == 100
+
+
+def test_a_home_from_before_usage_was_counted_keeps_its_memory_and_counts_from_now(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v3.db"
+    db = sqlite3.connect(path)
+    for script in _MIGRATIONS[:3]:
+        db.executescript(script)
+    db.execute("PRAGMA user_version = 3")
+    db.execute("INSERT INTO facts (fact, created_at) VALUES ('the cat is Miso', 1)")
+    db.commit()
+    db.close()
+    with Store(path) as store:
+        assert store.schema_version == SCHEMA_VERSION
+        assert store.numbered_facts()[0].fact == "the cat is Miso"
+        assert store.usage_between(0, 10) == []
+        store.record_model_call("openai", "m", 10, -5, now=5, turn_id="t1")
+        (row,) = store.usage_between(0, 10)
+        assert (row.calls, row.input_tokens, row.output_tokens) == (1, 10, 0)
+        assert store.usage_between(5.5, 10) == []

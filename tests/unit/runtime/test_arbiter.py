@@ -263,7 +263,7 @@ def test_a_finished_turn_replies_applies_its_ops_strikes_and_frees_the_slot() ->
     result = Result(turn_id=turn_id, reply="Done.", ops=ops, tool_failures=failures)
     assert a.on_turn_ended(CHAT, result) == [
         FinishInbox(turn_id),
-        Say(CHAT, "Done."),
+        Say(CHAT, "Done.\n\n📝 I'll remember: likes tea", markdown_chars=len("Done.")),
         RecordReply(CHAT, "Done."),
         ApplyOp(turn_id, CHAT, ops[0]),
         ApplyOp(turn_id, CHAT, ops[1]),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,6 +84,37 @@ def test_message_from_a_bot_is_rejected() -> None:
 def test_owner_photo_without_text_is_rejected_as_from_the_owner() -> None:
     result = parse_update(message(OWNER, None), RULES)
     assert isinstance(result, Rejected) and result.from_owner
+
+
+@pytest.mark.parametrize(
+    ("field", "word"),
+    [
+        ("photo", "photo"),
+        ("voice", "voice note"),
+        ("sticker", "sticker"),
+        ("document", "file"),
+        ("animation", "GIF"),
+        ("video_note", "video message"),
+    ],
+)
+def test_owner_media_is_answered_with_text_only_for_now(field: str, word: str) -> None:
+    update = message(OWNER, None)
+    del update["message"]["text"]
+    update["message"][field] = {"file_id": "x"}
+    if field == "animation":
+        update["message"]["document"] = {"file_id": "x"}
+    result = parse_update(update, RULES)
+    assert isinstance(result, Rejected) and result.chat_id == OWNER
+    assert result.notice.startswith("I can only read text for now") and word in result.notice
+
+
+def test_a_strangers_photo_and_a_service_message_get_no_notice() -> None:
+    update = message(STRANGER, None)
+    update["message"]["photo"] = [{"file_id": "x"}]
+    assert isinstance(result := parse_update(update, RULES), Rejected) and not result.notice
+    pinned = message(OWNER, None)
+    pinned["message"]["pinned_message"] = {"message_id": 3}
+    assert isinstance(result := parse_update(pinned, RULES), Rejected) and not result.notice
 
 
 def test_owner_tap_becomes_a_decision() -> None:
