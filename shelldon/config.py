@@ -78,6 +78,9 @@ class LimitsSettings:
     max_tool_output_chars: int = 16000
     max_queue: int = 8
     history_chars: int = 6000
+    max_repair_rounds: int = 2
+    repair_report_chars: int = 3000
+    repair_code_chars: int = 16000
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +237,8 @@ def _validate(s: Settings) -> None:
         "limits.max_tool_output_chars": lim.max_tool_output_chars,
         "limits.max_queue": lim.max_queue,
         "limits.history_chars": lim.history_chars,
+        "limits.repair_report_chars": lim.repair_report_chars,
+        "limits.repair_code_chars": lim.repair_code_chars,
         "brain.max_tokens": s.brain.max_tokens,
         "telegram.poll_timeout_s": s.telegram.poll_timeout_s,
         "sandbox.memory_max_mb": s.sandbox.memory_max_mb,
@@ -246,6 +251,8 @@ def _validate(s: Settings) -> None:
         raise ConfigError("limits.bail_margin_s", "must be >= 0 and below limits.turn_timeout_s")
     if lim.kill_grace_s < 0:
         raise ConfigError("limits.kill_grace_s", "must be >= 0")
+    if lim.max_repair_rounds < 0:
+        raise ConfigError("limits.max_repair_rounds", "must be >= 0 (0: never offer a fix)")
 
 
 NOT_SETTINGS = frozenset({"SHELLDON_HOME", "SHELLDON_CONFIG", "SHELLDON_LOGGING"})

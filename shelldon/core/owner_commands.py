@@ -1,4 +1,4 @@
-"""Answers to the owner's commands (/start /help /tools /pending /budget /restore).
+"""Answers to the owner's commands (/start /help /tools /pending /budget /restore /retire).
 
 They need no turn, no worker and no model: plain reads of the store and the tool directories.
 """
@@ -76,7 +76,9 @@ def pending_text(store: Store, now: float) -> str:
         return "Nothing is waiting for you."
     lines = [f"{len(rows)} waiting for your tap:"]
     for p in rows:
-        what = "run" if p.kind == "approval" else "add tool"
+        what = {"approval": "run", "promotion": "add tool", "repair": "fix tool"}.get(
+            p.kind, p.kind
+        )
         left = p.expires_at - now
         lines.append(
             f"• {what}: {p.summary} — {_age(now - p.created_at)} old, expires in {_age(left)}"
@@ -110,6 +112,25 @@ def restore_tool(store: Store, selfcode: SelfCode, name: str, now: float) -> str
     return f"Restored {name}: it is live again with its strikes reset."
 
 
+def retire_tool(store: Store, selfcode: SelfCode, name: str, now: float, via: str) -> str:
+    """/retire NAME (and ``shelldon tools remove NAME``): take a live or quarantined tool out
+    for good, its kept test archived with it; audited with the code hash it had."""
+    if not name:
+        live = ", ".join(selfcode.live()) or "none"
+        return f"Usage: /retire NAME. Live: {live}"
+    try:
+        retired = selfcode.retire(name)
+    except (SelfCodeError, OSError) as exc:
+        return f"Could not retire {name}: {exc}"
+    store.reset_strikes(retired.name)
+    detail = {"was": retired.state, "archive": str(retired.archive), "via": via}
+    store.audit("owner", "retired", retired.name, detail, now, code_hash=retired.code_hash)
+    return (
+        f"Retired {retired.name}: it is out of my toolbox and will not run again "
+        f"(its code and test are kept in {retired.archive})."
+    )
+
+
 def answer_command(
     name: str, arg: str, store: Store, selfcode: SelfCode, settings: Settings, now: float
 ) -> str:
@@ -125,4 +146,6 @@ def answer_command(
             return budget_text(store, settings, now)
         case "restore":
             return restore_tool(store, selfcode, arg, now)
+        case "retire":
+            return retire_tool(store, selfcode, arg, now, via="command")
     raise ValueError(f"/{name} is not an owner command (command_of decides which are)")
