@@ -39,7 +39,7 @@ def capped_report(summary: str, output: str, limit: int) -> str:
     """What the gate said, kept for the repair turn: the summary, then the end of the test
     run's output (where pytest puts the failures), all within ``limit`` characters."""
     head = summary[: limit // 3]
-    room = max(0, limit - len(head) - 1)
+    room = max(0, limit - len(head) - 2)  # the newline and the "…" of a cut
     tail = output[-room:] if room else ""
     cut = "…" if len(output) > room else ""
     return f"{head}\n{cut}{tail}" if tail else head

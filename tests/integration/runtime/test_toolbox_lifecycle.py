@@ -325,3 +325,41 @@ def test_retire_takes_a_tool_out_at_once_with_its_test_archived(start: Any) -> N
     assert "Self-coded, live: none yet" in said(tg, "Self-coded, live")
     tg.do(tg.fake.queue_message, OWNER, "/retire echo_len")
     said(tg, "Could not retire echo_len")
+
+
+# ---------------------------------------------------------------- the same at the console
+
+
+def test_at_the_console_a_failed_gate_asks_try_to_fix_and_retire_works(tmp_path: Path) -> None:
+    script = [
+        propose("make", V1, BROKEN_TEST),
+        {"when": "make", "text": "Proposed."},
+        propose("repair round 1", V1, V1_TEST),
+        {"when": "repair round 1", "text": "Fixed the test."},
+        propose("improve", V2, V2_TEST, replaces="echo_len"),
+        {"when": "improve", "text": "Proposed v2."},
+    ]
+    svc = Service(tmp_path / "home", script)
+    try:
+        svc.say("make a tool")
+        chunk = svc.expect("[y/N]", timeout=40)
+        assert "failed its gate" in chunk and "Try to fix?" in chunk
+        assert "v1 length 4" in chunk
+        svc.say("y")
+        svc.expect("Trying to fix echo_len (round 1)")
+        svc.expect("Fixed the test.", timeout=30)
+        chunk = svc.expect("[y/N]", timeout=40)
+        assert "passed" in chunk
+        svc.say("y")
+        svc.expect("Added echo_len")
+        svc.say("improve it")
+        chunk = svc.expect("[y/N]", timeout=40)
+        assert "replaces echo_len (live since" in chunk
+        assert '+    return f"v2 has {len(text)} characters"' in chunk
+        svc.say("n")
+        svc.expect("Discarded echo_len")
+        svc.say("/retire echo_len")
+        svc.expect("Retired echo_len")
+        assert svc.store.approved_tool("echo_len") is None
+    finally:
+        svc.stop()
