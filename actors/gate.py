@@ -157,8 +157,7 @@ class GateRunnerActor(WiredActor):
             replaces = diff = ""
         else:
             text = f"I wrote a new version of {name} and it passed its test — replace the live one?"
-            state = "live" if name in self._live() else "quarantined"
-            replaces = replaces_line(name, base.approved_at, state)
+            replaces = replaces_line(name, base.approved_at, base.state)
             diff = replacement_diff(name, base.code, base.test, staged.code, staged.test)
         ask = AskOwner(
             job.chat_id,
@@ -171,10 +170,6 @@ class GateRunnerActor(WiredActor):
             diff=diff,
         )
         self.send(self.peers["transport"], ask)
-
-    def _live(self) -> tuple[str, ...]:
-        assert self.selfcode is not None
-        return self.selfcode.live()
 
     def _failed(
         self, job: GateTool, staged: Staged, report: GateReport, summary: str, now: float
@@ -213,7 +208,7 @@ class GateRunnerActor(WiredActor):
             replaces=job.proposal.replaces,
             report=capped_report(summary, report.output, limits.repair_report_chars),
         )
-        self.store.park_repair(offer, f"fix tool {name}", now, limits.approval_ttl_s)
+        self.store.park_repair(offer, f"tool {name}", now, limits.approval_ttl_s)
         ask = AskOwner(
             job.chat_id,
             job.turn_id,

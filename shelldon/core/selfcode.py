@@ -164,13 +164,15 @@ class Retired:
 @dataclass(frozen=True, slots=True)
 class LiveSource:
     """An approved tool's code (verified against its approval) and its kept test (b"" if none),
-    with when the owner approved it: what a replacement is compared with."""
+    with when the owner approved it and whether it is live or quarantined: what a replacement
+    is compared with."""
 
     name: str
     code: bytes
     test: bytes
     code_hash: str
     approved_at: float
+    state: str = "live"
 
 
 def normalize_stem(name: str) -> str:
@@ -330,7 +332,7 @@ class SelfCode:
         if kept is not None:
             with contextlib.suppress(ToolFileError):
                 test = read_tool_bytes(kept)
-        return LiveSource(stem, data, test, known.code_hash, known.approved_at)
+        return LiveSource(stem, data, test, known.code_hash, known.approved_at, known.state)
 
     def replacement_base(self, name: str, replaces: str) -> LiveSource | None:
         """What a proposal of ``name`` replaces: None for a new tool (``replaces`` empty), else

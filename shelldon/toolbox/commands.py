@@ -169,9 +169,10 @@ def replacement_text(selfcode: SelfCode, tool: ArchivedTool) -> str:
     base = selfcode.live_source(tool.name) if selfcode.approved_hash(tool.name) else None
     if base is None:
         return ""
-    state = "live" if tool.name in selfcode.live() else "quarantined"
     diff = replacement_diff(tool.name, base.code, base.test, tool.code, tool.test)
-    return f"{replaces_line(tool.name, base.approved_at, state)}\n{_indent(diff.rstrip(chr(10)))}"
+    return (
+        f"{replaces_line(tool.name, base.approved_at, base.state)}\n{_indent(diff.rstrip(chr(10)))}"
+    )
 
 
 def terminal_ask(

@@ -54,7 +54,7 @@ def test_full_approval_round_trip(service: Service) -> None:
     assert tg is not None
     tg.wait(lambda: tg.fake.commands, timeout=15)
     names = [c["command"] for c in tg.fake.commands]
-    assert names == ["start", "help", "tools", "pending", "budget", "restore"]
+    assert names == ["start", "help", "tools", "pending", "budget", "restore", "retire"]
     tg.do(tg.fake.queue_message, OWNER, "save a note please")
     tg.wait(lambda: any(m.buttons() for m in tg.fake.sent))
     ask = next(m for m in tg.fake.sent if m.buttons())

@@ -83,8 +83,8 @@ def test_commands_are_registered_at_start(stores) -> None:  # type: ignore[no-un
             async with rig.api:
                 await rig.poller.start()
             names = [c["command"] for c in tg.commands]
-            assert names == ["start", "help", "tools", "pending", "budget", "restore"]
-            assert len(OWNER_COMMANDS) == 6
+            assert names == ["start", "help", "tools", "pending", "budget", "restore", "retire"]
+            assert len(OWNER_COMMANDS) == 7
 
     run(scenario())
 

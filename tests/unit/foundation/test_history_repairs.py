@@ -70,7 +70,8 @@ def test_a_v3_database_gains_the_lifecycle_tables(tmp_path: Path) -> None:
     db.execute("PRAGMA user_version = 3")
     db.execute(
         "INSERT INTO pending_promotions (turn_id, chat_id, name, code_hash, summary, "
-        "created_at, expires_at, code, test) VALUES ('t1', 1, 'adder', 'abc', 's', 0, 99, x'01', x'')"
+        "created_at, expires_at, code, test) "
+        "VALUES ('t1', 1, 'adder', 'abc', 's', 0, 99, x'01', x'')"
     )
     db.commit()
     db.close()
