@@ -185,6 +185,11 @@ class GateRunnerActor(WiredActor):
                 "it: my install needs fixing, not the tool; ask me again once it is fixed."
                 f"\n{summary}"
             )
+        elif repairable and job.round:
+            text = (
+                f"My fix of {name} (repair round {job.round} of {limits.max_repair_rounds}) "
+                f"failed its gate too.\n{summary}"
+            )
         elif repairable:
             text = f"I wrote a tool called {name}, but it failed its gate.\n{summary}"
         else:

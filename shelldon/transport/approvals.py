@@ -269,11 +269,14 @@ def render_promotion(
     return ApprovalView(text="\n".join([*head, attached, *tail]), documents=documents)
 
 
-def render_failed_gate(name: str, gate_summary: str, output: str) -> ApprovalView:
-    """A failed gate's message: what failed and the end of the test run's output, above the
-    "Try to fix" / "Drop" buttons; both texts come from model-written code, shown as data."""
+def render_failed_gate(
+    name: str, gate_summary: str, output: str, headline: str = ""
+) -> ApprovalView:
+    """A failed gate's message: ``headline`` (which round it was), what failed and the end of
+    the test run's output, above the "Try to fix" / "Drop" buttons; the gate's texts come
+    from model-written code and are shown as data."""
     head = [
-        f"🛠 {bold('A tool I wrote failed its gate.')}",
+        f"🛠 {bold(reveal(headline[:300]) or 'A tool I wrote failed its gate.')}",
         f"Name: {code(reveal(name[:64]))}",
         escape(
             "Try to fix: I get one more turn with what the gate said (it counts against "

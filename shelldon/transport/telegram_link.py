@@ -97,7 +97,8 @@ class TelegramLink:
         if ask.call is not None:
             view = render_risky_approval(ask.call, ask.text)
         elif ask.failed:
-            view = render_failed_gate(ask.proposal.name, ask.gate_summary, ask.output)
+            headline = ask.text.split("\n", 1)[0]
+            view = render_failed_gate(ask.proposal.name, ask.gate_summary, ask.output, headline)
             labels = REPAIR_LABELS
         else:
             p = ask.proposal

@@ -171,6 +171,8 @@ def test_repair_stops_after_two_rounds(start: Any) -> None:
     tg.do(tg.fake.queue_message, OWNER, "make a tool")
     for round_ in (1, 2):
         offer = card(tg, "failed its gate")
+        if round_ == 2:
+            assert "My fix of echo_len (repair round 1 of 2) failed its gate too" in offer.visible
         tg.do(tg.fake.tap, OWNER, offer, 0)
         said(tg, f"Try {round_}.")
     final = said(tg, "after 2 repair round(s)", timeout=40)

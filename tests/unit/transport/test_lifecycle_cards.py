@@ -65,3 +65,10 @@ def test_a_failed_gate_card_shows_hostile_output_as_marked_data() -> None:
     assert "assert 'v1 length 3' == 'v1 length 4'" in visible
     assert "findings: <script>" in visible and "counts against today's budget" in visible
     assert "\u202e" not in visible
+
+
+def test_a_failed_fix_says_which_round_it_was() -> None:
+    view = render_failed_gate("echo_len", "failed", "", "My fix of echo_len (repair round 1 of 2)")
+    visible = parse_html(view.text)
+    assert visible.startswith("🛠 My fix of echo_len (repair round 1 of 2)")
+    assert "Test output" not in visible  # nothing printed, nothing shown
