@@ -39,7 +39,9 @@ def test_length():
 """
 V2 = V1.replace('f"v1 length {len(text)}"', 'f"v2 has {len(text)} characters"')
 V2_TEST = V1_TEST.replace('"v1 length 3"', '"v2 has 3 characters"')
-# The first try's test expects the wrong answer: its gate fails, and pytest prints why.
+# A first try whose code is wrong (off by one): its gate fails, and pytest prints why.
+BROKEN_CODE = V1.replace("{len(text)}", "{len(text) + 1}")
+# One whose test expects the wrong answer.
 BROKEN_TEST = V1_TEST.replace('"v1 length 3"', '"v1 length 4"')
 
 
@@ -122,10 +124,10 @@ def promote_v1(svc: Service, tg: ThreadedFakeTelegram) -> None:
 
 def test_a_failed_gate_offers_a_fix_and_the_second_try_goes_live(start: Any) -> None:
     script = [
-        propose("make", V1, BROKEN_TEST),
+        propose("make", BROKEN_CODE, V1_TEST),
         {"when": "make", "text": "Proposed."},
         propose("repair round 1", V1, V1_TEST),
-        {"when": "repair round 1", "text": "Fixed the test."},
+        {"when": "repair round 1", "text": "Fixed the off-by-one."},
     ]
     svc, tg = start(script)
     tg.do(tg.fake.queue_message, OWNER, "make a tool")
@@ -138,7 +140,7 @@ def test_a_failed_gate_offers_a_fix_and_the_second_try_goes_live(start: Any) -> 
 
     tg.do(tg.fake.tap, OWNER, failed, 0)
     promotion = card(tg, "Add it?")
-    assert "Fixed the test." in texts(tg)
+    assert "Fixed the off-by-one." in texts(tg)
     decided = tg.fake.message(OWNER, failed.message_id)
     assert "Trying to fix echo_len" in decided.visible and not decided.buttons()
     # One turn of today's budget, like a scheduled turn.
