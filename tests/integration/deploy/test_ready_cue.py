@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from shelldon.core.arbiter import OWNER_COMMANDS
 from shelldon.transport.poller import Poller
 from shelldon.transport.telegram import BotApi, RetryPolicy, Unauthorized
 from shelldon.transport.updates import UpdateRules
@@ -54,7 +55,8 @@ def test_the_cue_comes_once_after_commands_are_registered(tmp_path: Path) -> Non
             await poll_for_a_while(tg, tmp_path, cues)
         return cues
 
-    assert run(scenario()) == [6]  # once, with the six owner commands already registered
+    # Once, with every owner command already registered.
+    assert run(scenario()) == [len(OWNER_COMMANDS)]
 
 
 def test_the_cue_comes_even_while_telegram_is_down(tmp_path: Path) -> None:
