@@ -561,9 +561,15 @@ class SelfCode:
         for source, target in moves:
             # os.replace moves a link as a link: nothing outside the toolbox is followed.
             if os.path.lexists(source) and not os.path.lexists(target):
-                os.replace(source, target)
+                try:
+                    os.replace(source, target)
+                except OSError as exc:
+                    # The tool is out already (no approval, not in the manifest); a file left
+                    # behind never runs and /tools names it as never approved.
+                    log.warning("retired_file_left", tool=stem, path=str(source), error=str(exc))
         for directory in (archive, self.live_dir, self.quarantine_dir, self.tests_dir):
-            fsync_dir(directory)
+            with contextlib.suppress(OSError):
+                fsync_dir(directory)
         log.info("tool_retired", tool=stem, code_hash=known.code_hash, archive=str(archive))
         return Retired(stem, known.code_hash, known.state, archive)
 
