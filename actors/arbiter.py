@@ -163,6 +163,8 @@ class ArbiterActor(ContractActor):
                 store.append_message(chat_id, "assistant", text, now)
             case rules.ApplyOp(turn_id, chat_id, op):
                 self._apply(store, turn_id, chat_id, op, now)
+            case rules.TakeRepair() | rules.DropRepair() | rules.SpendBudget():
+                self._repair(store, settings, arbiter, effect, now)
             case rules.StartDue(schedule_id, day):
                 self._start_due(store, schedule_id, now)
                 if not store.spend_budget(day, 1, settings.limits.daily_turn_budget):
@@ -189,6 +191,34 @@ class ArbiterActor(ContractActor):
                 self.wakeupAfter(dt.timedelta(seconds=delay), payload="tick")
             case _:
                 raise TypeError(f"the arbiter has no way to carry out {effect!r}")
+
+    def _repair(
+        self,
+        store: Store,
+        settings: Settings,
+        arbiter: rules.Arbiter,
+        effect: rules.TakeRepair | rules.DropRepair | rules.SpendBudget,
+        now: float,
+    ) -> None:
+        match effect:
+            case rules.TakeRepair(decision, turn_id):
+                offer = store.take_repair(decision.turn_id, now, turn_id)
+                spent = store.budget_spent(rules.budget_day(now))
+                if offer is not None:
+                    detail = {"round": offer.round + 1, "offer": decision.turn_id}
+                    store.audit("owner", "repair_started", offer.name, detail, now, turn_id=turn_id)
+                self._run(arbiter.on_repair_taken(decision, turn_id, offer, spent, now))
+            case rules.DropRepair(decision):
+                offer = store.take_repair(decision.turn_id, now)
+                outcome = rules.EXPIRED
+                if offer is not None:
+                    detail = {"round": offer.round, "offer": decision.turn_id}
+                    store.audit("owner", "repair_dropped", offer.name, detail, now)
+                    outcome = f"🗑 Dropped {offer.name}."
+                self.send(self.peers["transport"], Settle(decision, outcome))
+            case rules.SpendBudget(day):
+                if not store.spend_budget(day, 1, settings.limits.daily_turn_budget):
+                    raise InboxOutOfStep(f"the budget of {day} was spent behind my back")
 
     def _start_due(self, store: Store, schedule_id: int, now: float) -> None:
         if not store.start_due(schedule_id, now):
@@ -222,14 +252,16 @@ class ArbiterActor(ContractActor):
         )
         self.send(self.peers["turn"], StartTurn(request))
         log.info("turn_started", turn_id=begin.turn_id, source=begin.source)
-        store.append_message(begin.chat_id, "user", begin.text, time.time())
+        store.append_message(begin.chat_id, "user", begin.record or begin.text, time.time())
 
     def _apply(self, store: Store, turn_id: str, chat_id: int, op: Op, now: float) -> None:
         if isinstance(op, RequestToolApproval):
             self.send(self.peers["approvals"], ParkApproval(turn_id, chat_id, op))
         elif isinstance(op, ProposeTool):
-            # Each proposal gets its own id: a turn may propose several tools.
-            self.send(self.peers["gate"], GateTool(rules.new_turn_id("p"), chat_id, op))
+            # Each proposal gets its own id: a turn may propose several tools. Its repair round
+            # comes from the store's record of the turn, never from the proposal.
+            job = GateTool(rules.new_turn_id("p"), chat_id, op, store.repair_round_of(turn_id))
+            self.send(self.peers["gate"], job)
         elif isinstance(op, Remember):
             store.remember(op.fact, now)
         elif isinstance(op, Schedule):

@@ -22,8 +22,11 @@ from actors.messages import (
 )
 from actors.wired import WiredActor
 from shelldon.core.gate import GateReport, GateRun
+from shelldon.core.history import RepairOffer
 from shelldon.core.manifest import read_declaration
-from shelldon.core.selfcode import SelfCode, SelfCodeError, Staged
+from shelldon.core.repair import capped_report, offers_repair
+from shelldon.core.selfcode import LiveSource, SelfCode, SelfCodeError, Staged
+from shelldon.core.tooldiff import replacement_diff, replaces_line
 
 log = structlog.get_logger(__name__)
 
@@ -59,7 +62,7 @@ class GateRunnerActor(WiredActor):
         super().__init__()
         self.selfcode: SelfCode | None = None
         self.queue: collections.deque[GateTool] = collections.deque()
-        self.running: tuple[GateTool, GateRun, Staged] | None = None
+        self.running: tuple[GateTool, GateRun, Staged, LiveSource | None] | None = None
 
     def wired(self, msg: Wire, *, first: bool) -> None:
         assert self.store is not None
@@ -79,13 +82,16 @@ class GateRunnerActor(WiredActor):
             job = self.queue.popleft()
             p = job.proposal
             try:
-                staged = self.selfcode.stage(p.name, p.code, p.test)
+                # A replacement is staged beside the live version, which stays as it is
+                # until the owner approves the new bytes.
+                base = self.selfcode.replacement_base(p.name, p.replaces)
+                staged = self.selfcode.stage(p.name, p.code, p.test, replace=base is not None)
             except SelfCodeError as exc:
                 text = f"I tried to write a tool called {p.name!r}, but: {exc}"
                 self._tell(job.chat_id, text, kind=TOOL_REFUSED)
                 continue
             run = self.selfcode.start_gate(staged)
-            self.running = (job, run, staged)
+            self.running = (job, run, staged, base)
             if run.fd is not None:
                 self.watch(run.fd)
             self.wakeupAfter(dt.timedelta(seconds=0.2), payload=("gate", job.turn_id))
@@ -94,7 +100,7 @@ class GateRunnerActor(WiredActor):
     def _poll(self) -> None:
         if self.running is None:
             return
-        job, run, staged = self.running
+        job, run, staged, base = self.running
         fd = run.fd
         report = run.poll()
         if fd is not None and run.fd is None:
@@ -104,7 +110,7 @@ class GateRunnerActor(WiredActor):
         if fd is not None:
             self.unwatch(fd)
         self.running = None
-        self._gated(job, staged, report)
+        self._gated(job, staged, base, report)
         self._next()
 
     def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: ActorAddress) -> None:
@@ -115,48 +121,44 @@ class GateRunnerActor(WiredActor):
         if self.running is not None:
             self.wakeupAfter(dt.timedelta(seconds=0.2), payload=("gate", self.running[0].turn_id))
 
-    def _gated(self, job: GateTool, staged: Staged, report: GateReport) -> None:
+    def _gated(
+        self, job: GateTool, staged: Staged, base: LiveSource | None, report: GateReport
+    ) -> None:
         assert self.store is not None and self.settings is not None
-        now, summary = time.time(), gate_summary(report)
+        now, summary, limits = time.time(), gate_summary(report), self.settings.limits
         name, digest = staged.name, staged.code_hash
         self.store.audit(
             "gate",
             "passed" if report.passed else "failed",
             name,
-            {"findings": list(report.findings)},
+            {"findings": list(report.findings), "round": job.round},
             now,
             code_hash=digest,
             turn_id=job.turn_id,
         )
         if not report.passed:
-            if report.unavailable:
-                text = (
-                    f"I wrote a tool called {name}, but my gate could not test it, so I dropped "
-                    "it: my install needs fixing, not the tool; ask me again once it is fixed."
-                    f"\n{summary}"
-                )
-            else:
-                text = (
-                    f"I wrote a tool called {name}, but it failed its gate, so I threw it away."
-                    f"\n{summary}"
-                )
-            # The model reads the conversation next turn: it learns why, too.
-            self.store.append_message(job.chat_id, "assistant", text, now)
-            self._tell(job.chat_id, text, pre_output=report.output, kind=TOOL_REFUSED)
+            self._failed(job, staged, report, summary, now)
             return
         self.store.park_promotion(
             job.turn_id,
             job.chat_id,
             name,
             digest,
-            f"tool {name}",
+            f"tool {name}" + (" (new version)" if base else ""),
             now,
-            self.settings.limits.approval_ttl_s,
+            limits.approval_ttl_s,
             # The bytes the gate judged: promotion writes these, never a file from staging.
             code=staged.code,
             test=staged.test,
+            replaces_hash=base.code_hash if base else "",
         )
-        text = f"I wrote a tool called {name} and it passed its test — add it to my toolbox?"
+        if base is None:
+            text = f"I wrote a tool called {name} and it passed its test — add it to my toolbox?"
+            replaces = diff = ""
+        else:
+            text = f"I wrote a new version of {name} and it passed its test — replace the live one?"
+            replaces = replaces_line(name, base.approved_at, base.state)
+            diff = replacement_diff(name, base.code, base.test, staged.code, staged.test)
         ask = AskOwner(
             job.chat_id,
             job.turn_id,
@@ -164,6 +166,62 @@ class GateRunnerActor(WiredActor):
             proposal=job.proposal,
             description=tool_description(job.proposal.code),
             gate_summary=summary,
+            replaces=replaces,
+            diff=diff,
+        )
+        self.send(self.peers["transport"], ask)
+
+    def _failed(
+        self, job: GateTool, staged: Staged, report: GateReport, summary: str, now: float
+    ) -> None:
+        assert self.store is not None and self.settings is not None
+        name, limits = staged.name, self.settings.limits
+        repairable = offers_repair(
+            passed=report.passed, unavailable=report.unavailable, round=job.round, limits=limits
+        )
+        if report.unavailable:
+            text = (
+                f"I wrote a tool called {name}, but my gate could not test it, so I dropped "
+                "it: my install needs fixing, not the tool; ask me again once it is fixed."
+                f"\n{summary}"
+            )
+        elif repairable and job.round:
+            text = (
+                f"My fix of {name} (repair round {job.round} of {limits.max_repair_rounds}) "
+                f"failed its gate too.\n{summary}"
+            )
+        elif repairable:
+            text = f"I wrote a tool called {name}, but it failed its gate.\n{summary}"
+        else:
+            rounds = f" after {job.round} repair round(s)" if job.round else ""
+            text = (
+                f"I wrote a tool called {name}, but it failed its gate{rounds}, so I threw "
+                f"it away.\n{summary}"
+            )
+        # The model reads the conversation next turn: it learns why, too.
+        self.store.append_message(job.chat_id, "assistant", text, now)
+        if not repairable:
+            self._tell(job.chat_id, text, pre_output=report.output, kind=TOOL_REFUSED)
+            return
+        offer = RepairOffer(
+            offer_id=job.turn_id,
+            chat_id=job.chat_id,
+            name=name,
+            round=job.round,
+            code=staged.code,
+            test=staged.test,
+            replaces=job.proposal.replaces,
+            report=capped_report(summary, report.output, limits.repair_report_chars),
+        )
+        self.store.park_repair(offer, f"tool {name}", now, limits.approval_ttl_s)
+        ask = AskOwner(
+            job.chat_id,
+            job.turn_id,
+            text,
+            proposal=job.proposal,
+            gate_summary=summary,
+            failed=True,
+            output=report.output[-1500:],
         )
         self.send(self.peers["transport"], ask)
 
@@ -175,10 +233,17 @@ class GateRunnerActor(WiredActor):
             self.send(self.peers["transport"], Settle(decision, "That request expired."))
             return
         name, _, digest = taken.blob.decode().partition("\0")
+        replacing = bool(taken.replaces_hash)
         if decision.approved:
             try:
                 self.selfcode.promote(
-                    name, taken.code, taken.test, expected_hash=digest, turn_id=decision.turn_id
+                    name,
+                    taken.code,
+                    taken.test,
+                    expected_hash=digest,
+                    replace=replacing,
+                    replaces_hash=taken.replaces_hash,
+                    turn_id=decision.turn_id,
                 )
             except SelfCodeError as exc:
                 self.store.audit(
@@ -192,16 +257,25 @@ class GateRunnerActor(WiredActor):
                 )
                 self.send(self.peers["transport"], Settle(decision, f"Could not add {name}: {exc}"))
                 return
+            detail = {"replaced": taken.replaces_hash} if replacing else {}
             self.store.audit(
-                "owner", "promoted", name, {}, now, code_hash=digest, turn_id=decision.turn_id
+                "owner", "promoted", name, detail, now, code_hash=digest, turn_id=decision.turn_id
             )
+            if replacing:
+                # The strikes were the old code's.
+                self.store.reset_strikes(name)
+            what = "new version of" if replacing else "new tool"
             self.store.append_message(
                 decision.chat_id,
                 "assistant",
-                f"(The owner approved my new tool {name}; it is live.)",
+                f"(The owner approved my {what} {name}; it is live.)",
                 now,
             )
-            outcome = f"✅ Added {name} — it's live from your next message."
+            outcome = (
+                f"✅ Replaced {name} — the new version is live from your next message."
+                if replacing
+                else f"✅ Added {name} — it's live from your next message."
+            )
         else:
             # Nothing to delete: the parked bytes went with the row, the gate's dir with the gate.
             self.store.audit(

@@ -74,9 +74,10 @@ class Typing:
 
 @dataclass(frozen=True, slots=True)
 class AskOwner:
-    """→ transport: an approval keyboard for a parked RISKY call (``call`` set) or a tool
-    promotion (``proposal`` set); ``turn_id`` goes into the callback data, ``text`` is the
-    plain one-line question."""
+    """→ transport: an approval keyboard for a parked RISKY call (``call`` set), a tool
+    promotion (``proposal`` set) or, with ``failed``, a failed gate's "Try to fix" / "Drop"
+    card; ``turn_id`` goes into the callback data, ``text`` is the plain one-line question.
+    A replacement's card says ``replaces`` and shows ``diff`` against the live version."""
 
     chat_id: int
     turn_id: str
@@ -85,6 +86,10 @@ class AskOwner:
     proposal: ProposeTool | None = None
     description: str = ""
     gate_summary: str = ""
+    replaces: str = ""
+    diff: str = ""
+    failed: bool = False
+    output: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,11 +151,13 @@ class ApprovalTaken:
 
 @dataclass(frozen=True, slots=True)
 class GateTool:
-    """Arbiter → gate runner: stage and gate a proposed tool."""
+    """Arbiter → gate runner: stage and gate a proposed tool; ``round`` is its repair round
+    (0: not made by a repair turn), from the arbiter's records."""
 
     turn_id: str
     chat_id: int
     proposal: ProposeTool
+    round: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,8 @@ from shelldon.transport.console import (
     Prompt,
     format_approval,
     format_gate,
+    format_repair_offer,
+    format_replacement,
     format_reply,
     format_you,
     story_step_budget_s,
@@ -260,13 +262,22 @@ class TransportActor(ContractActor):
                 self.bridge.submit(self.telegram.ask(msg), ("ask", msg.turn_id))
             return
         assert self.session is not None
-        promotion = msg.proposal is not None
+        if msg.failed and self.session.on_tool_refused():
+            # The demo's story needed that tool: it ends here, with one line saying why.
+            self._write(format_reply(msg.text))
+            self._end_story()
+            return
+        promotion = msg.proposal is not None and not msg.failed
         self.asked[msg.turn_id] = promotion
         if msg.call is not None:
             # The turn's reply has just asked the question; show exactly what would run.
             lines = [format_approval(msg.call)]
         else:
             lines = [format_reply(msg.text).rstrip("\n"), format_gate(msg.gate_summary)]
+            if msg.replaces:
+                lines.append(format_replacement(msg.replaces, msg.diff))
+            if msg.failed:
+                lines.append(format_repair_offer(msg.output))
         answer = self.session.ask(msg.turn_id, promotion)
         if answer is not None:
             lines.append(

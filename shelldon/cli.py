@@ -176,7 +176,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_tools(args: argparse.Namespace) -> int:
-    """List, show, restore, export or import self-coded tools (see ``shelldon.toolbox``)."""
+    """List, show, restore, remove, export or import self-coded tools (``shelldon.toolbox``)."""
     from shelldon.logs import configure_logging
     from shelldon.toolbox import ToolsRequest, run_tools
 
@@ -259,9 +259,10 @@ def _add_tools_parser(sub: Any, environ: Mapping[str, str]) -> None:
     tools = _command(
         sub,
         "tools",
-        "list, show, restore, export or import self-coded tools",
+        "list, show, restore, remove, export or import self-coded tools",
         "Self-coded tools at the terminal, without the service: list them (the default), show "
-        "one, restore one from quarantine, export the live ones, import an archive (each tool "
+        "one, restore one from quarantine, remove one, export the live ones, import an archive "
+        "(each tool "
         "gated again and asked for).",
         (0, 1, 2),
         environ,
@@ -285,6 +286,8 @@ def _add_tools_parser(sub: Any, environ: Mapping[str, str]) -> None:
     show.add_argument("name", metavar="NAME")
     restore = action("restore", "bring a quarantined tool back, strikes reset (audited)")
     restore.add_argument("name", metavar="NAME")
+    remove = action("remove", "take a tool out for good, its test archived with it (audited)")
+    remove.add_argument("name", metavar="NAME")
     export = action("export", "write the live tools and their tests to FILE (tar.gz)")
     export.add_argument("file", metavar="FILE", help="the archive to write (tar.gz)")
     export.add_argument("--force", action="store_true", help="overwrite FILE if it exists")

@@ -84,6 +84,9 @@ class LimitsSettings:
     max_tool_output_chars: int = 16000
     max_queue: int = 8
     history_chars: int = 6000
+    max_repair_rounds: int = 2
+    repair_report_chars: int = 3000
+    repair_code_chars: int = 16000
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +255,8 @@ def _validate(s: Settings) -> None:
         "limits.max_tool_output_chars": lim.max_tool_output_chars,
         "limits.max_queue": lim.max_queue,
         "limits.history_chars": lim.history_chars,
+        "limits.repair_report_chars": lim.repair_report_chars,
+        "limits.repair_code_chars": lim.repair_code_chars,
         "brain.max_tokens": s.brain.max_tokens,
         "telegram.poll_timeout_s": s.telegram.poll_timeout_s,
         "sandbox.memory_max_mb": s.sandbox.memory_max_mb,
@@ -270,6 +275,8 @@ def _validate(s: Settings) -> None:
         price = getattr(s.brain, key)
         if not math.isfinite(price) or price < 0:
             raise ConfigError(f"brain.{key}", f"must be a price >= 0 (0: not known), got {price}")
+    if lim.max_repair_rounds < 0:
+        raise ConfigError("limits.max_repair_rounds", "must be >= 0 (0: never offer a fix)")
 
 
 NOT_SETTINGS = frozenset({"SHELLDON_HOME", "SHELLDON_CONFIG", "SHELLDON_LOGGING"})

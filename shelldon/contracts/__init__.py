@@ -181,11 +181,13 @@ class RequestToolApproval:
 @contract("propose_tool")
 @dataclass(frozen=True, slots=True)
 class ProposeTool:
-    """Op: the model wrote a tool (``code``) and its pytest test; core stages and gates it."""
+    """Op: the model wrote a tool (``code``) and its pytest test; core stages and gates it.
+    ``replaces`` names the live tool this is a new version of ("" for a new tool)."""
 
     name: str
     code: str
     test: str
+    replaces: str = ""
 
 
 @contract("remember")

@@ -14,6 +14,9 @@ database or a clock. The rules:
   so while a turn runs it is answered "tap again" and stays parked.
 - A scheduled turn starts only when no turn runs and within the daily budget; the owner is told
   of a refusal once a day.
+- "Try to fix" on a failed gate's card is a turn like a scheduled one: it needs the slot and
+  the daily budget, spends one turn of it, and only the owner's tap on a parked offer (taken
+  exactly once) starts it; the offer's round, from the store, caps how often.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from shelldon.contracts import (
     ToolFailure,
     decode,
 )
-from shelldon.core.history import Scheduled
+from shelldon.core.history import RepairOffer, Scheduled
+from shelldon.core.repair import repair_prompt, repair_record
 from shelldon.core.risky import park_refusal, refused_park_text
 from shelldon.core.turn_reply import turn_reply
 from shelldon.core.turnwatch import apology
@@ -58,6 +62,7 @@ OWNER_COMMANDS: tuple[tuple[str, str], ...] = (
     ("schedule", "Turns I have scheduled for later, numbered"),
     ("cancel", "Cancel a scheduled turn: /cancel N"),
     ("usage", "Model calls and tokens today and this month, and their cost"),
+    ("retire", "Take a tool out of my toolbox for good: /retire NAME"),
 )
 """Owner commands, answered without a turn, with the line Telegram's menu (setMyCommands) and
 /help show for each: the one table of them."""
@@ -79,6 +84,12 @@ BUDGET_SPENT = (
     "I skipped a scheduled task: today's budget for turns I start myself is spent. "
     "/budget shows it."
 )
+REPAIR_BUDGET_SPENT = (
+    "Today's budget for turns I start myself is spent, so I can't try to fix it now; "
+    "tap again tomorrow (/budget shows it)."
+)
+REPAIR_BUSY = "I was busy with another turn, so I did not start the fix; ask me to fix it."
+REPAIR_CAPPED = "That tool had its repair rounds already, so I won't try again."
 TICK_S = 30.0
 """The longest the arbiter sleeps between looks at the clock (expiries, adopted turns)."""
 
@@ -217,6 +228,7 @@ class InboxView:
     now: float
     approvals: frozenset[str] = frozenset()
     promotions: frozenset[str] = frozenset()
+    repairs: frozenset[str] = frozenset()
     due: tuple[Scheduled, ...] = ()
     spent_today: int = 0
 
@@ -282,13 +294,38 @@ class Resume:
 
 
 @dataclass(frozen=True, slots=True)
+class TakeRepair:
+    """Take the repair offer a "Try to fix" tap decides, for turn ``turn_id``, and hand it to
+    ``Arbiter.on_repair_taken`` with today's budget spent."""
+
+    decision: Decision
+    turn_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DropRepair:
+    """Take (and audit) the repair offer a "Drop" tap decides, and settle the tap."""
+
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
+class SpendBudget:
+    """Spend one turn of ``day``'s budget (a repair turn)."""
+
+    day: str
+
+
+@dataclass(frozen=True, slots=True)
 class BeginTurn:
-    """Start a fresh turn on ``text`` (``source`` "owner" or "schedule") and record the text."""
+    """Start a fresh turn on ``text`` (``source`` "owner", "schedule" or "repair") and record
+    ``record`` in the conversation (the text itself when empty)."""
 
     turn_id: str
     chat_id: int
     text: str
     source: str
+    record: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,6 +421,9 @@ Effect = (
     | AnswerCommand
     | SettleTap
     | RoutePromotion
+    | TakeRepair
+    | DropRepair
+    | SpendBudget
     | TakeParked
     | Resume
     | BeginTurn
@@ -491,6 +531,8 @@ class Arbiter:
             decision = dataclasses.replace(decision, approved=False)
         if decision.turn_id in view.promotions:
             return [RoutePromotion(decision)]
+        if decision.turn_id in view.repairs:
+            return self._repair_tapped(decision, view)
         if decision.turn_id in view.approvals:
             if self.busy is not None:
                 return [SettleTap(decision, TAP_AGAIN, keep_keyboard=True)]
@@ -499,9 +541,53 @@ class Arbiter:
         log.info("decision_for_nothing", turn_id=decision.turn_id)
         return [SettleTap(decision, EXPIRED)]
 
-    def _begin(self, turn_id: str, chat_id: int, text: str, source: str) -> BeginTurn:
+    def _repair_tapped(self, decision: Decision, view: InboxView) -> list[Effect]:
+        if not decision.approved:
+            return [DropRepair(decision)]
+        if self.busy is not None:
+            return [SettleTap(decision, TAP_AGAIN, keep_keyboard=True)]
+        if view.spent_today >= self.limits.daily_turn_budget:
+            log.warning("repair_refused_budget", offer=decision.turn_id)
+            return [SettleTap(decision, REPAIR_BUDGET_SPENT, keep_keyboard=True)]
+        # The slot is held for the offer until the store says whether it is still there.
+        self.busy, self.busy_chat = decision.turn_id, decision.chat_id
+        return [TakeRepair(decision, new_turn_id("r"))]
+
+    def on_repair_taken(
+        self,
+        decision: Decision,
+        turn_id: str,
+        offer: RepairOffer | None,
+        spent_today: int,
+        now: float,
+    ) -> list[Effect]:
+        """The store consumed the repair offer a "Try to fix" tap decided (``offer``), or found
+        it gone (None: expired, taken already): start the repair turn, or say why not."""
+        if self.busy == decision.turn_id:
+            self.busy = None
+        if offer is None:
+            return [SettleTap(decision, EXPIRED), Pump()]
+        if offer.round >= self.limits.max_repair_rounds:
+            log.warning("repair_refused_capped", tool=offer.name, round=offer.round)
+            return [SettleTap(decision, REPAIR_CAPPED), Pump()]
+        if self.busy is not None:
+            # Another turn took the slot meanwhile (the turn actor restarted): one at a time.
+            return [SettleTap(decision, REPAIR_BUSY), Pump()]
+        if spent_today >= self.limits.daily_turn_budget:
+            return [SettleTap(decision, REPAIR_BUDGET_SPENT), Pump()]
+        log.info("repair_started", tool=offer.name, round=offer.round + 1, turn_id=turn_id)
+        text = repair_prompt(offer, self.limits)
+        return [
+            SettleTap(decision, f"🔧 Trying to fix {offer.name} (round {offer.round + 1}).", False),
+            SpendBudget(budget_day(now)),
+            self._begin(turn_id, offer.chat_id, text, "repair", repair_record(offer, self.limits)),
+        ]
+
+    def _begin(
+        self, turn_id: str, chat_id: int, text: str, source: str, record: str = ""
+    ) -> BeginTurn:
         self.busy, self.busy_chat = turn_id, chat_id
-        return BeginTurn(turn_id, chat_id, text, source)
+        return BeginTurn(turn_id, chat_id, text, source, record)
 
     def _scheduled(self, view: InboxView) -> list[Effect]:
         effects: list[Effect] = []
@@ -598,6 +684,7 @@ def inbox_view(
         now=now,
         approvals=frozenset(t for kind, t in pairs if kind == "approval"),
         promotions=frozenset(t for kind, t in pairs if kind == "promotion"),
+        repairs=frozenset(t for kind, t in pairs if kind == "repair"),
         due=tuple(due),
         spent_today=spent_today,
     )

@@ -89,6 +89,20 @@ _MIGRATIONS: tuple[str, ...] = (
         turn_id TEXT NOT NULL DEFAULT '');
     CREATE INDEX model_calls_ts ON model_calls (ts);
     """,
+    # v5, the toolbox's lifecycle: a parked promotion that replaces a live tool names the
+    # approved hash it was diffed against (a promotion is refused if that tool changed since
+    # the owner saw the diff); a failed gate parks a repair offer the owner may take ("Try to
+    # fix"), at most once, and the repair turn it started is recorded with its round, so the
+    # round cap is counted from the service's own records, never from anything a model said.
+    """
+    ALTER TABLE pending_promotions ADD COLUMN replaces_hash TEXT NOT NULL DEFAULT '';
+    CREATE TABLE repair_offers (
+        offer_id TEXT PRIMARY KEY, chat_id INTEGER NOT NULL, name TEXT NOT NULL,
+        round INTEGER NOT NULL, code BLOB NOT NULL, test BLOB NOT NULL,
+        replaces TEXT NOT NULL, report TEXT NOT NULL, summary TEXT NOT NULL,
+        created_at REAL NOT NULL, expires_at REAL NOT NULL,
+        taken_at REAL, turn_id TEXT UNIQUE);
+    """,
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -111,11 +125,28 @@ class Taken:
     # whoever promotes them.
     code: bytes = b""
     test: bytes = b""
+    # A replacement's base: the approved hash of the tool it was diffed against ("" if none).
+    replaces_hash: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RepairOffer:
+    """A failed gate the owner may ask to have fixed: the proposal that failed, what the gate
+    reported (model-influenced text), and which repair round it was (0: the first proposal)."""
+
+    offer_id: str
+    chat_id: int
+    name: str
+    round: int
+    code: bytes
+    test: bytes
+    replaces: str
+    report: str
 
 
 @dataclass(frozen=True, slots=True)
 class Pending:
-    """A parked approval or promotion, for /pending."""
+    """A parked approval, promotion or repair offer, for /pending."""
 
     kind: str
     turn_id: str
@@ -388,14 +419,27 @@ class Store:
         *,
         code: bytes = b"",
         test: bytes = b"",
+        replaces_hash: str = "",
     ) -> None:
         """Park a gated tool, with the bytes the gate passed, until the owner decides whether
-        to promote it."""
+        to promote it; ``replaces_hash`` is the live code a replacement was shown against."""
         with self._write(durable=True) as db:
             db.execute(
                 "INSERT INTO pending_promotions (turn_id, chat_id, name, code_hash, summary, "
-                "created_at, expires_at, code, test) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (turn_id, chat_id, name, code_hash, summary, now, now + ttl_s, code, test),
+                "created_at, expires_at, code, test, replaces_hash) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    turn_id,
+                    chat_id,
+                    name,
+                    code_hash,
+                    summary,
+                    now,
+                    now + ttl_s,
+                    code,
+                    test,
+                    replaces_hash,
+                ),
             )
 
     def take_promotion(self, turn_id: str, now: float) -> Taken:
@@ -404,14 +448,15 @@ class Store:
         with self._write(durable=True) as db:
             row = db.execute(
                 "DELETE FROM pending_promotions WHERE turn_id = ? "
-                "RETURNING chat_id, name, code_hash, summary, expires_at, code, test",
+                "RETURNING chat_id, name, code_hash, summary, expires_at, code, test, "
+                "replaces_hash",
                 (turn_id,),
             ).fetchone()
         if row is None:
             return Taken("unknown", turn_id)
         status = "ok" if now < row[4] else "expired"
         blob = f"{row[1]}\0{row[2]}".encode()
-        return Taken(status, turn_id, row[0], blob, row[3], bytes(row[5]), bytes(row[6]))
+        return Taken(status, turn_id, row[0], blob, row[3], bytes(row[5]), bytes(row[6]), row[7])
 
     def parked_code(self, name: str) -> bytes:
         """The code of the newest promotion of ``name`` waiting for the owner (b"" if none)."""
@@ -441,14 +486,62 @@ class Store:
             return cur.rowcount == 1
 
     def pending(self) -> list[Pending]:
-        """Every parked approval and promotion, oldest first."""
+        """Every parked approval, promotion and untaken repair offer, oldest first."""
         rows = self._db.execute(
             "SELECT 'approval', turn_id, chat_id, summary, created_at, expires_at "
             "FROM pending_approvals UNION ALL "
             "SELECT 'promotion', turn_id, chat_id, summary, created_at, expires_at "
-            "FROM pending_promotions ORDER BY 5"
+            "FROM pending_promotions UNION ALL "
+            "SELECT 'repair', offer_id, chat_id, summary, created_at, expires_at "
+            "FROM repair_offers WHERE taken_at IS NULL ORDER BY 5"
         ).fetchall()
         return [Pending(*r) for r in rows]
+
+    def park_repair(self, offer: RepairOffer, summary: str, now: float, ttl_s: float) -> None:
+        """Park a failed gate's repair offer until the owner taps "Try to fix" or "Drop"."""
+        with self._write(durable=True) as db:
+            db.execute(
+                "INSERT INTO repair_offers (offer_id, chat_id, name, round, code, test, "
+                "replaces, report, summary, created_at, expires_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    offer.offer_id,
+                    offer.chat_id,
+                    offer.name,
+                    offer.round,
+                    offer.code,
+                    offer.test,
+                    offer.replaces,
+                    offer.report,
+                    summary,
+                    now,
+                    now + ttl_s,
+                ),
+            )
+
+    def take_repair(self, offer_id: str, now: float, turn_id: str = "") -> RepairOffer | None:
+        """Consume a repair offer exactly once (None if it is unknown, taken or expired); a
+        ``turn_id`` records the repair turn it starts, which ``repair_round_of`` answers for."""
+        with self._write(durable=True) as db:
+            row = db.execute(
+                "UPDATE repair_offers SET taken_at = ?, turn_id = ? "
+                "WHERE offer_id = ? AND taken_at IS NULL AND expires_at > ? "
+                "RETURNING offer_id, chat_id, name, round, code, test, replaces, report",
+                (now, turn_id or None, offer_id, now),
+            ).fetchone()
+        if row is None:
+            return None
+        return RepairOffer(
+            row[0], row[1], row[2], int(row[3]), bytes(row[4]), bytes(row[5]), row[6], row[7]
+        )
+
+    def repair_round_of(self, turn_id: str) -> int:
+        """The repair round a turn's proposals belong to: one past the offer it was started
+        from, or 0 for a turn no repair offer started."""
+        row = self._db.execute(
+            "SELECT round FROM repair_offers WHERE turn_id = ?", (turn_id,)
+        ).fetchone()
+        return int(row[0]) + 1 if row else 0
 
     def expire_pending(self, now: float) -> list[Pending]:
         """Remove and return parked rows whose TTL has passed."""
@@ -463,9 +556,17 @@ class Store:
                 "RETURNING turn_id, chat_id, summary, created_at, expires_at",
                 (now,),
             ).fetchall()
-        return [Pending("approval", *r) for r in approvals] + [
-            Pending("promotion", *r) for r in promotions
-        ]
+            # A taken offer stays: it records which turn repaired what, in which round.
+            repairs = db.execute(
+                "DELETE FROM repair_offers WHERE expires_at <= ? AND taken_at IS NULL "
+                "RETURNING offer_id, chat_id, summary, created_at, expires_at",
+                (now,),
+            ).fetchall()
+        return (
+            [Pending("approval", *r) for r in approvals]
+            + [Pending("promotion", *r) for r in promotions]
+            + [Pending("repair", *r) for r in repairs]
+        )
 
     # ------------------------------------------------------------ tool health
 
@@ -696,6 +797,17 @@ class Store:
                 "approved_at = excluded.approved_at, turn_id = excluded.turn_id",
                 (name, code_hash, now, turn_id),
             )
+
+    def forget_tool(self, name: str) -> ApprovedTool | None:
+        """Withdraw the approval of tool ``name`` (the owner retired it): from now on no
+        manifest lists it and no file of that name runs. Returns the approval it withdrew."""
+        with self._write(durable=True) as db:
+            row = db.execute(
+                "DELETE FROM approved_tools WHERE name = ? "
+                "RETURNING name, code_hash, state, approved_at",
+                (name,),
+            ).fetchone()
+        return ApprovedTool(row[0], row[1], row[2], row[3]) if row else None
 
     def set_tool_state(self, name: str, state: str) -> bool:
         """Mark approved tool ``name`` live or quarantined (its approved hash is untouched);

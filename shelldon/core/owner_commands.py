@@ -80,7 +80,9 @@ def pending_text(store: Store, now: float) -> str:
         return "Nothing is waiting for you."
     lines = [f"{len(rows)} waiting for your tap:"]
     for p in rows:
-        what = "run" if p.kind == "approval" else "add tool"
+        what = {"approval": "run", "promotion": "add tool", "repair": "fix tool"}.get(
+            p.kind, p.kind
+        )
         left = p.expires_at - now
         lines.append(
             f"• {what}: {p.summary} — {_age(now - p.created_at)} old, expires in {_age(left)}"
@@ -256,6 +258,25 @@ def usage_text(store: Store, brain: BrainSettings, now: float) -> str:
     return "\n".join(lines)
 
 
+def retire_tool(store: Store, selfcode: SelfCode, name: str, now: float, via: str) -> str:
+    """/retire NAME (and ``shelldon tools remove NAME``): take a live or quarantined tool out
+    for good, its kept test archived with it; audited with the code hash it had."""
+    if not name:
+        live = ", ".join(selfcode.live()) or "none"
+        return f"Usage: /retire NAME. Live: {live}"
+    try:
+        retired = selfcode.retire(name)
+    except (SelfCodeError, OSError) as exc:
+        return f"Could not retire {name}: {exc}"
+    store.reset_strikes(retired.name)
+    detail = {"was": retired.state, "archive": str(retired.archive), "via": via}
+    store.audit("owner", "retired", retired.name, detail, now, code_hash=retired.code_hash)
+    return (
+        f"Retired {retired.name}: it is out of my toolbox and will not run again "
+        f"(its code and test are kept in {retired.archive})."
+    )
+
+
 def answer_command(
     name: str,
     arg: str,
@@ -291,4 +312,6 @@ def answer_command(
             return cancel_scheduled(store, arg, now)
         case "usage":
             return usage_text(store, settings.brain, now)
+        case "retire":
+            return retire_tool(store, selfcode, arg, now, via="command")
     raise ValueError(f"/{name} is not an owner command (command_of decides which are)")

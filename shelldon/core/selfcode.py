@@ -6,6 +6,7 @@ workspace and is out of every worker's and gate run's reach under both filesyste
     live/         <stem>.py + manifest.json: the one part a worker sees, read-only
     tests/        test_<stem>.py kept at promotion, so an export can carry it
     quarantine/   <stem>.py (+ <stem>.reason) pulled after repeated failures
+    retired/      <stem>-<time>/: a tool the owner took out, with its kept test; never run
     staging/      <stem>-<random>/: one new directory per gate run (the pair, the gate's tmp),
                   the only place that run may write; removed when the gate is done
 
@@ -16,7 +17,9 @@ that hash in ``approved_tools``. Nothing a gate run wrote is ever renamed into p
 that hard-linked or rewrote files in its staging directory changes nothing that runs later. The
 manifest is rewritten from ``approved_tools`` after every change: a file whose bytes do not hash
 to its approval is never listed as a tool. Quarantine and restore move a file without approving
-it again; restore refuses a quarantined file that is not the approved code.
+it again; restore refuses a quarantined file that is not the approved code. Retiring a tool
+withdraws its approval first (so it is out of the manifest at once), then moves its file and
+kept test into ``retired/``, where nothing loads them.
 
 Every file is written to a temp file, fsynced and renamed, so a worker sees the old toolbox or
 the new one, never half of one. Where no filesystem layer is in force, nothing is staged or
@@ -77,6 +80,8 @@ __all__ = [
     "MAX_SOURCE_BYTES",
     "GateReport",
     "GateRun",
+    "LiveSource",
+    "Retired",
     "SelfCode",
     "SelfCodeError",
     "Staged",
@@ -146,6 +151,30 @@ class Tampered:
     problem: str
 
 
+@dataclass(frozen=True, slots=True)
+class Retired:
+    """A tool the owner took out: its approval as it was, and where its files went."""
+
+    name: str
+    code_hash: str
+    state: str
+    archive: Path
+
+
+@dataclass(frozen=True, slots=True)
+class LiveSource:
+    """An approved tool's code (verified against its approval) and its kept test (b"" if none),
+    with when the owner approved it and whether it is live or quarantined: what a replacement
+    is compared with."""
+
+    name: str
+    code: bytes
+    test: bytes
+    code_hash: str
+    approved_at: float
+    state: str = "live"
+
+
 def normalize_stem(name: str) -> str:
     """The module stem for a proposed tool name, or ``StemError`` saying what is wrong with it."""
     stem = unicodedata.normalize("NFKC", name).strip()
@@ -206,12 +235,14 @@ class SelfCode:
         self.tests_dir = toolbox / "tests"
         self.quarantine_dir = toolbox / "quarantine"
         self.staging_dir = toolbox / "staging"
+        self.retired_dir = toolbox / "retired"
         for directory in (
             toolbox,
             self.live_dir,
             self.tests_dir,
             self.quarantine_dir,
             self.staging_dir,
+            self.retired_dir,
         ):
             make_private_dir(directory)
 
@@ -282,6 +313,53 @@ class SelfCode:
         path = self.tests_dir / f"test_{normalize_stem(name)}.py"
         return path if path.is_file() else None
 
+    def live_source(self, name: str) -> LiveSource | None:
+        """Approved tool ``name``'s code and kept test, live or quarantined; None when there is
+        no such tool or its file is not the approved code (nothing to compare with then)."""
+        stem = normalize_stem(name)
+        known = self.store.approved_tool(stem)
+        path = self.tool_path(stem)
+        if known is None or path is None:
+            return None
+        try:
+            data = read_tool_bytes(path)
+        except ToolFileError:
+            return None
+        if code_hash(data) != known.code_hash:
+            return None
+        kept = self.kept_test(stem)
+        test = b""
+        if kept is not None:
+            with contextlib.suppress(ToolFileError):
+                test = read_tool_bytes(kept)
+        return LiveSource(stem, data, test, known.code_hash, known.approved_at, known.state)
+
+    def replacement_base(self, name: str, replaces: str) -> LiveSource | None:
+        """What a proposal of ``name`` replaces: None for a new tool (``replaces`` empty), else
+        the approved version it is a new version of. Refused (``SelfCodeError``) when
+        ``replaces`` is another name, names no tool, or names one whose file is not the
+        approved code (there is nothing trustworthy to show a diff against)."""
+        if not replaces:
+            return None
+        stem, old = normalize_stem(name), normalize_stem(replaces)
+        if stem != old:
+            raise SelfCodeError(
+                f"a new version keeps its tool's name: propose it with name {old!r} "
+                f"and replaces {old!r}"
+            )
+        if self.store.approved_tool(old) is None:
+            raise SelfCodeError(
+                f"there is no tool named {old!r} to replace; propose it as a new tool "
+                "(without replaces)"
+            )
+        base = self.live_source(old)
+        if base is None:
+            raise SelfCodeError(
+                f"the file of {old!r} is not the code the owner approved, so there is nothing "
+                "to compare a new version with; the owner can /retire it first"
+            )
+        return base
+
     def quarantine_reason(self, name: str) -> str:
         """Why tool ``name`` was quarantined ("" if unknown)."""
         path = self.quarantine_dir / f"{normalize_stem(name)}.reason"
@@ -349,11 +427,14 @@ class SelfCode:
         *,
         expected_hash: str,
         replace: bool = False,
+        replaces_hash: str = "",
         turn_id: str = "",
     ) -> Path:
         """Make ``code`` (the parked bytes the gate passed) live tool ``name``: checked against
         ``expected_hash`` (what the owner was shown), recorded as approved, written to a new
-        file; ``test`` is kept beside it for export. Returns the live path."""
+        file; ``test`` is kept beside it for export. A replacement shown as a diff against
+        approved code ``replaces_hash`` is refused if the tool is no longer that code.
+        Returns the live path."""
         stem = normalize_stem(name)
         data = code if isinstance(code, bytes) else _encode(code, "code")
         test_data = test if isinstance(test, bytes) else _encode(test, "test")
@@ -369,8 +450,16 @@ class SelfCode:
             )
         if len(data) > MAX_SOURCE_BYTES or len(test_data) > MAX_SOURCE_BYTES:
             raise SelfCodeError(f"the code or test of {stem!r} is over 64 KB")
-        if self.store.approved_tool(stem) is not None and not replace:
+        current = self.store.approved_tool(stem)
+        if current is not None and not replace:
             raise SelfCodeError(f"a tool named {stem!r} already exists; promote as a replacement")
+        if replaces_hash and (current is None or current.code_hash != replaces_hash):
+            # The owner approved a diff against that version: against any other it is not
+            # the change they saw.
+            raise SelfCodeError(
+                f"{stem!r} changed since you were shown the new version's diff (it was "
+                "retired, replaced or restored); ask me to propose it again"
+            )
         kept = self.tests_dir / f"test_{stem}.py"
         if test_data:
             write_atomic(kept, test_data)
@@ -451,6 +540,38 @@ class SelfCode:
         self.write_manifest()
         log.info("tool_restored", tool=stem)
         return live
+
+    def retire(self, name: str) -> Retired:
+        """Take approved tool ``name`` (live or quarantined) out for good: its approval is
+        withdrawn and the manifest rewritten before anything moves, so no later turn offers or
+        loads it; its file, kept test and quarantine note go to a new ``retired/`` directory."""
+        stem = normalize_stem(name)
+        known = self.store.forget_tool(stem)
+        if known is None:
+            raise SelfCodeError(f"no live or quarantined tool named {stem!r} to retire")
+        self.write_manifest()
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        archive = Path(tempfile.mkdtemp(prefix=f"{stem}-{stamp}-", dir=self.retired_dir))
+        moves = (
+            (self.live_dir / f"{stem}.py", archive / f"{stem}.py"),
+            (self.quarantine_dir / f"{stem}.py", archive / f"{stem}.py"),
+            (self.quarantine_dir / f"{stem}.reason", archive / f"{stem}.reason"),
+            (self.tests_dir / f"test_{stem}.py", archive / f"test_{stem}.py"),
+        )
+        for source, target in moves:
+            # os.replace moves a link as a link: nothing outside the toolbox is followed.
+            if os.path.lexists(source) and not os.path.lexists(target):
+                try:
+                    os.replace(source, target)
+                except OSError as exc:
+                    # The tool is out already (no approval, not in the manifest); a file left
+                    # behind never runs and /tools names it as never approved.
+                    log.warning("retired_file_left", tool=stem, path=str(source), error=str(exc))
+        for directory in (archive, self.live_dir, self.quarantine_dir, self.tests_dir):
+            with contextlib.suppress(OSError):
+                fsync_dir(directory)
+        log.info("tool_retired", tool=stem, code_hash=known.code_hash, archive=str(archive))
+        return Retired(stem, known.code_hash, known.state, archive)
 
     # the manifest and start-up
 

@@ -1,4 +1,5 @@
-"""``shelldon tools``: list, show, restore, export and import self-coded tools at the terminal.
+"""``shelldon tools``: list, show, restore, remove, export and import self-coded tools at the
+terminal.
 
 LLM-free and service-free: plain reads and moves of the toolbox through ``SelfCode`` and of the
 store (an old toolbox still in the workspace is moved first, as at service start). Exit status:
@@ -27,8 +28,9 @@ from shelldon.core.manifest import (
     describe_source,
     read_tool_bytes,
 )
-from shelldon.core.owner_commands import restore_tool
+from shelldon.core.owner_commands import restore_tool, retire_tool
 from shelldon.core.selfcode import SelfCode, StemError, normalize_stem
+from shelldon.core.tooldiff import replacement_diff, replaces_line
 from shelldon.toolbox.archive import ArchivedTool, ArchiveError, export_toolbox, read_archive
 from shelldon.toolbox.importer import ImportResult, Outcome, gate_summary, import_tools
 
@@ -160,16 +162,35 @@ def _indent(text: str) -> str:
     return "\n".join(f"    {line}" if line else "" for line in printable(text).split("\n"))
 
 
-def terminal_ask(inp: TextIO, out: TextIO) -> Callable[[ArchivedTool, GateReport], bool]:
+def replacement_text(selfcode: SelfCode, tool: ArchivedTool) -> str:
+    """For an archived tool that would replace an approved one: the "replaces NAME (live
+    since …)" line and the diff of code and test against it, as the Telegram card shows it
+    ("" for a new tool)."""
+    base = selfcode.live_source(tool.name) if selfcode.approved_hash(tool.name) else None
+    if base is None:
+        return ""
+    diff = replacement_diff(tool.name, base.code, base.test, tool.code, tool.test)
+    return (
+        f"{replaces_line(tool.name, base.approved_at, base.state)}\n{_indent(diff.rstrip(chr(10)))}"
+    )
+
+
+def terminal_ask(
+    inp: TextIO, out: TextIO, selfcode: SelfCode | None = None
+) -> Callable[[ArchivedTool, GateReport], bool]:
     """Put each passing tool to the owner at the terminal, as a promotion would: its
-    description, hash, gate verdict and code, then ``[y/N]`` (end of input means no)."""
+    description, hash, gate verdict and code (a replacement: the diff against the live
+    version instead), then ``[y/N]`` (end of input means no)."""
 
     def ask(tool: ArchivedTool, report: GateReport) -> bool:
+        change = replacement_text(selfcode, tool) if selfcode is not None else ""
+        body = f"{change}\n" if change else f"code:\n{_indent(tool.code.rstrip(chr(10)))}\n"
+        question = "Replace the live" if change else "Add"
         out.write(
             f"\n{tool.name}: {printable(tool.description)}\n"
-            f"code hash: sha256:{tool.code_hash}\n{printable(gate_summary(report))}\ncode:\n"
-            f"{_indent(tool.code.rstrip(chr(10)))}\n"
-            f"Add {tool.name} to the toolbox? [y/N] "
+            f"code hash: sha256:{tool.code_hash}\n{printable(gate_summary(report))}\n"
+            f"{body}{question} {tool.name} {'with this version' if change else 'to the toolbox'}"
+            "? [y/N] "
         )
         out.flush()
         answer = inp.readline()
@@ -200,8 +221,11 @@ def _say_result(out: TextIO) -> Callable[[ImportResult], None]:
     return say
 
 
-def _accept_all(out: TextIO) -> Callable[[ArchivedTool, GateReport], bool]:
+def _accept_all(out: TextIO, selfcode: SelfCode) -> Callable[[ArchivedTool, GateReport], bool]:
     def accept(tool: ArchivedTool, report: GateReport) -> bool:
+        change = replacement_text(selfcode, tool)
+        if change:
+            out.write(f"{tool.name}: {change}\n")
         out.write(f"{tool.name}: {gate_summary(report).splitlines()[0]}; accepted (--yes)\n")
         return True
 
@@ -282,6 +306,19 @@ def _restore(request: ToolsRequest, selfcode: SelfCode, store: Store, term: Term
     return 0 if restored else 1
 
 
+def _remove(request: ToolsRequest, selfcode: SelfCode, store: Store, term: Terminal) -> int:
+    stem = normalize_stem(request.name)
+    if store.approved_tool(stem) is None:
+        known = ", ".join((*selfcode.live(), *selfcode.quarantined())) or "none"
+        term.err.write(f"shelldon tools: no live or quarantined tool named {stem} ({known})\n")
+        return 1
+    # The owner's /retire, word for word: archived and audited in one place.
+    text = retire_tool(store, selfcode, stem, time.time(), via="cli")
+    removed = store.approved_tool(stem) is None
+    (term.out if removed else term.err).write(text + "\n")
+    return 0 if removed else 1
+
+
 def _export(request: ToolsRequest, selfcode: SelfCode, store: Store, term: Terminal) -> int:
     report = export_toolbox(selfcode, Path(request.file), overwrite=request.force)
     names = ", ".join(report.exported) or "none"
@@ -306,7 +343,10 @@ def _import(request: ToolsRequest, selfcode: SelfCode, store: Store, term: Termi
         term.out.write(f"{path} holds no tools; nothing to import\n")
         return 0
     term.out.write(f"{path}: {len(tools)} tool(s): {', '.join(t.name for t in tools)}\n")
-    ask = _accept_all(term.out) if request.yes else terminal_ask(term.inp, term.out)
+    if request.yes:
+        ask = _accept_all(term.out, selfcode)
+    else:
+        ask = terminal_ask(term.inp, term.out, selfcode)
     results = import_tools(
         tools,
         selfcode,
@@ -330,6 +370,7 @@ _ACTIONS: dict[str, Callable[[ToolsRequest, SelfCode, Store, Terminal], int]] = 
     "list": _list,
     "show": _show,
     "restore": _restore,
+    "remove": _remove,
     "export": _export,
     "import": _import,
 }

@@ -92,13 +92,22 @@ def parse_callback_data(data: object, key: bytes) -> CallbackChoice | InvalidCal
     return CallbackChoice(turn_id=turn_id, approved=verdict == "a")
 
 
-def approval_keyboard(turn_id: str, key: bytes) -> dict[str, Any]:
-    """The ✅ Approve / ❌ Deny inline keyboard (a reply_markup) for ``turn_id``."""
+APPROVE_LABELS = ("✅ Approve", "❌ Deny")
+REPAIR_LABELS = ("🔧 Try to fix", "Drop")
+"""A failed gate's buttons: the same yes/no callback data, on the parked repair offer."""
+
+
+def approval_keyboard(
+    turn_id: str, key: bytes, labels: tuple[str, str] = APPROVE_LABELS
+) -> dict[str, Any]:
+    """The ✅ Approve / ❌ Deny inline keyboard (a reply_markup) for ``turn_id`` (``labels``
+    names the yes and the no button)."""
+    yes, no = labels
     return {
         "inline_keyboard": [
             [
-                {"text": "✅ Approve", "callback_data": approval_callback_data(turn_id, True, key)},
-                {"text": "❌ Deny", "callback_data": approval_callback_data(turn_id, False, key)},
+                {"text": yes, "callback_data": approval_callback_data(turn_id, True, key)},
+                {"text": no, "callback_data": approval_callback_data(turn_id, False, key)},
             ]
         ]
     }
@@ -201,13 +210,25 @@ def render_risky_approval(call: ToolCall, summary: str = "") -> ApprovalView:
 
 
 def render_promotion(
-    name: str, description: str, tool_code: str, test_code: str, gate_summary: str
+    name: str,
+    description: str,
+    tool_code: str,
+    test_code: str,
+    gate_summary: str,
+    replaces: str = "",
+    diff: str = "",
 ) -> ApprovalView:
-    """The approval message for promoting a gated tool: name, description, code, test, gate."""
-    head = [
-        f"🧩 {bold('I wrote a tool and it passed its test. Add it?')}",
-        f"Name: {code(reveal(name[:64]))}",
-    ]
+    """The approval message for promoting a gated tool: name, description, code, test, gate.
+    A replacement says which tool it ``replaces`` and shows its ``diff`` against the live
+    version in place of the code (the whole code and test go along when it does not fit)."""
+    title = (
+        "I wrote a new version of a tool and it passed its test. Replace it?"
+        if replaces
+        else "I wrote a tool and it passed its test. Add it?"
+    )
+    head = [f"🧩 {bold(title)}", f"Name: {code(reveal(name[:64]))}"]
+    if replaces:
+        head.append(f"♻️ {escape(reveal(replaces[:200]))}")
     shown = reveal(description)
     if utf16_len(escape(shown)) > _DESCRIPTION_CHARS:
         shown = _tail_within(shown[::-1], _DESCRIPTION_CHARS - 1)[::-1] + "…"
@@ -216,15 +237,18 @@ def render_promotion(
     gate = _tail_within(whole_gate, _GATE_TAIL_CHARS)
     gate_note = "" if len(gate) == len(whole_gate) else " (last lines)"
     tail = [f"{bold('Gate')}{escape(gate_note)}\n{pre(gate)}"]
-    inline = [
-        f"{bold('Code')}\n{pre(reveal(tool_code))}",
-        f"{bold('Test')}\n{pre(reveal(test_code))}",
-    ]
+    if replaces:
+        inline = [f"{bold('Changes against the live version')}\n{pre(reveal(diff))}"]
+    else:
+        inline = [
+            f"{bold('Code')}\n{pre(reveal(tool_code))}",
+            f"{bold('Test')}\n{pre(reveal(test_code))}",
+        ]
     text = "\n".join(head + inline + tail)
     if utf16_len(text) <= MAX_MESSAGE_CHARS:
         return ApprovalView(text=text)
     stem = _safe_filename(name[:40], "")
-    documents = (
+    documents: tuple[Document, ...] = (
         Document(f"{stem}.py", tool_code.encode("utf-8", "replace"), "the tool's code"),
         Document(f"test_{stem}.py", test_code.encode("utf-8", "replace"), "its test"),
     )
@@ -233,4 +257,36 @@ def render_promotion(
         f"({test_code.count(chr(10)) + 1} lines) are attached above as "
         f"{code(documents[0].filename)} and {code(documents[1].filename)}."
     )
+    if replaces:
+        changes = Document(
+            f"{stem}.diff", diff.encode("utf-8", "replace"), "what changes against the live version"
+        )
+        documents = (changes, *documents)
+        attached = (
+            f"What changes is attached above as {code(changes.filename)}; the whole new "
+            f"code and test as {code(documents[1].filename)} and {code(documents[2].filename)}."
+        )
     return ApprovalView(text="\n".join([*head, attached, *tail]), documents=documents)
+
+
+def render_failed_gate(
+    name: str, gate_summary: str, output: str, headline: str = ""
+) -> ApprovalView:
+    """A failed gate's message: ``headline`` (which round it was), what failed and the end of
+    the test run's output, above the "Try to fix" / "Drop" buttons; the gate's texts come
+    from model-written code and are shown as data."""
+    head = [
+        f"🛠 {bold(reveal(headline[:300]) or 'A tool I wrote failed its gate.')}",
+        f"Name: {code(reveal(name[:64]))}",
+        escape(
+            "Try to fix: I get one more turn with what the gate said (it counts against "
+            "today's budget for turns I start myself). Drop: I leave it."
+        ),
+    ]
+    summary = _tail_within(reveal(gate_summary), _GATE_TAIL_CHARS)
+    blocks = [f"{bold('Gate')}\n{pre(summary)}"]
+    if output.strip():
+        room = MAX_MESSAGE_CHARS - utf16_len("\n".join(head + blocks)) - 200
+        shown = _tail_within(reveal(output), max(200, min(_GATE_TAIL_CHARS, room)))
+        blocks.append(f"{bold('Test output')}{escape(' (last lines)')}\n{pre(shown)}")
+    return ApprovalView(text="\n".join(head + blocks))

@@ -153,6 +153,23 @@ def format_gate(summary: str) -> str:
     return INDENT + "gate " + for_terminal(summary).replace("\n", "\n" + INDENT)
 
 
+def format_replacement(replaces: str, diff: str) -> str:
+    """A replacement's line and its diff against the live version, under a promotion question
+    (the diff is model-written: hidden characters marked, terminal controls escaped)."""
+    body = "\n".join(INDENT + "  " + line if line else "" for line in reveal(diff).split("\n"))
+    return for_terminal(f"{INDENT}♻ {reveal(replaces)}\n{body.rstrip()}")
+
+
+def format_repair_offer(output: str) -> str:
+    """Under a failed gate's report: the end of the test run's output and what "y" does."""
+    lines = [INDENT + "output " + reveal(output[-1500:]).replace("\n", "\n" + INDENT)]
+    lines.append(
+        f"{INDENT}Try to fix? y: one more turn for me with what the gate said (it counts "
+        "against today's budget); n: drop it."
+    )
+    return for_terminal("\n".join(lines))
+
+
 def format_approval(call: ToolCall) -> str:
     """What an approved call would run, as the console shows it before ``[y/N]``: the tool and
     every argument whole (a terminal has no length limit, so nothing is cut), hidden

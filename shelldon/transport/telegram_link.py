@@ -12,8 +12,11 @@ from shelldon.config import Settings
 from shelldon.contracts import Decision, InboundMessage, encode
 from shelldon.core.history import Store
 from shelldon.transport.approvals import (
+    APPROVE_LABELS,
+    REPAIR_LABELS,
     approval_keyboard,
     callback_key,
+    render_failed_gate,
     render_promotion,
     render_risky_approval,
 )
@@ -90,13 +93,22 @@ class TelegramLink:
         await self.api.send_chat_action(chat_id, "typing")
 
     async def ask(self, ask: Any) -> None:
-        """Send an approval keyboard for a RISKY call or a promotion."""
+        """Send an approval keyboard for a RISKY call, a promotion, or a failed gate's repair
+        offer ("Try to fix" / "Drop")."""
+        labels = APPROVE_LABELS
         if ask.call is not None:
             view = render_risky_approval(ask.call, ask.text)
+        elif ask.failed:
+            headline = ask.text.split("\n", 1)[0]
+            view = render_failed_gate(ask.proposal.name, ask.gate_summary, ask.output, headline)
+            labels = REPAIR_LABELS
         else:
             p = ask.proposal
-            view = render_promotion(p.name, ask.description, p.code, p.test, ask.gate_summary)
-        await self.outbox.send_approval(ask.chat_id, view, approval_keyboard(ask.turn_id, self.key))
+            view = render_promotion(
+                p.name, ask.description, p.code, p.test, ask.gate_summary, ask.replaces, ask.diff
+            )
+        keyboard = approval_keyboard(ask.turn_id, self.key, labels)
+        await self.outbox.send_approval(ask.chat_id, view, keyboard)
 
     async def settle(self, settle: Any) -> None:
         """Show a decision's outcome: edit the keyboard away, or just answer when kept."""

@@ -91,8 +91,14 @@ def _op_from_line(line: str, now: float) -> Op:
     if kind == "schedule":
         return _schedule(obj, now)
     if kind == "propose_tool":
+        replaces = obj.get("replaces", "")
+        if not isinstance(replaces, str):
+            raise _BadOp(f"'replaces' must be a tool's name, got {replaces!r}")
         return ProposeTool(
-            name=_text(obj, "name"), code=_text(obj, "code"), test=_text(obj, "test")
+            name=_text(obj, "name"),
+            code=_text(obj, "code"),
+            test=_text(obj, "test"),
+            replaces=replaces.strip(),
         )
     raise _BadOp(f"unknown op {kind!r} (known: remember, schedule, propose_tool)")
 

@@ -41,7 +41,8 @@ lines. The owner never sees the block.
 ```
 To write a new tool for yourself, call propose_tool(name, code, test): code is a Python module
 defining run(**kwargs) -> str, DESCRIPTION and PARAMS_SCHEMA; test is its pytest file. It is
-tested and shown to the owner before it goes live."""
+tested and shown to the owner before it goes live. To improve a live tool, propose it again under
+its name with replaces=<its name>."""
 
 
 def tool_list(tools: tuple[ToolDefinition, ...]) -> str:

@@ -64,7 +64,9 @@ PROPOSE_TOOL = ToolDefinition(
         "Propose a new tool for your permanent toolbox. `code` is a Python module defining "
         "run(**kwargs) -> str, DESCRIPTION (str) and PARAMS_SCHEMA (a JSON schema dict); "
         "`test` is a pytest file that imports the module by `name` and checks it. The tool is "
-        "tested in a sandbox and shown to the owner, who decides whether it goes live."
+        "tested in a sandbox and shown to the owner, who decides whether it goes live. To "
+        "improve one of your live tools, give its name as both `name` and `replaces`: the "
+        "owner sees what changed and the old version stays live until they approve."
     ),
     params_schema={
         "type": "object",
@@ -72,6 +74,11 @@ PROPOSE_TOOL = ToolDefinition(
             "name": {"type": "string", "description": "module name, a Python identifier"},
             "code": {"type": "string", "description": "the tool module's source"},
             "test": {"type": "string", "description": "its pytest test file's source"},
+            "replaces": {
+                "type": "string",
+                "description": "the live tool this is a new version of (same as name); omit "
+                "for a new tool",
+            },
         },
         "required": ["name", "code", "test"],
         "additionalProperties": False,
@@ -229,7 +236,14 @@ class _Turn:
             return ToolResult(
                 call.id, False, f"propose_tool needs non-empty strings for: {', '.join(bad)}"
             )
-        self.ops.append(ProposeTool(str(values["name"]), str(values["code"]), str(values["test"])))
+        replaces = call.args.get("replaces", "")
+        if not isinstance(replaces, str):
+            return ToolResult(call.id, False, "propose_tool: replaces must be a tool's name")
+        self.ops.append(
+            ProposeTool(
+                str(values["name"]), str(values["code"]), str(values["test"]), replaces.strip()
+            )
+        )
         return ToolResult(call.id, True, PROPOSAL_RECEIVED)
 
     def is_risky(self, call: ToolCall) -> bool:

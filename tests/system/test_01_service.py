@@ -67,6 +67,6 @@ def test_a_start_reports_ready_with_its_status_text(configured: Pet) -> None:
     names = [c["command"] for c in configured.bot.fake.commands]
     assert names == [
         "start", "help", "tools", "pending", "budget", "restore",
-        "memory", "forget", "new", "schedule", "cancel", "usage",
+        "memory", "forget", "new", "schedule", "cancel", "usage", "retire",
     ], names  # fmt: skip
     assert configured.bot.polls() > 0

@@ -112,8 +112,14 @@ def test_a_failing_gate_tells_the_owner_and_discards(tmp_path: Path) -> None:
         svc.say("make a tool")
         chunk = svc.expect("failed its gate", timeout=30)
         assert "echo_len" in chunk
-        assert svc.store.pending() == []
+        svc.expect("Try to fix?")
+        # Only the offer to fix it waits: nothing is staged, nothing goes live.
+        assert [p.kind for p in svc.store.pending()] == ["repair"]
         assert not list((svc.settings.toolbox / "staging").iterdir())
+        svc.say("n")
+        svc.expect("Dropped echo_len")
+        assert svc.store.pending() == []
+        assert not (svc.settings.live_tools / "echo_len.py").exists()
         # The model learns why on its next turn: the note is in the conversation.
         assert any("failed its gate" in m.content for m in svc.store.recent_messages(0))
     finally:

@@ -67,6 +67,7 @@ def test_full_approval_round_trip(service: Service) -> None:
         "schedule",
         "cancel",
         "usage",
+        "retire",
     ]
     tg.do(tg.fake.queue_message, OWNER, "save a note please")
     tg.wait(lambda: any(m.buttons() for m in tg.fake.sent))

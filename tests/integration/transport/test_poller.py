@@ -96,8 +96,9 @@ def test_commands_are_registered_at_start(stores) -> None:  # type: ignore[no-un
                 "schedule",
                 "cancel",
                 "usage",
+                "retire",
             ]
-            assert len(OWNER_COMMANDS) == 12
+            assert len(OWNER_COMMANDS) == 13
 
     run(scenario())
 

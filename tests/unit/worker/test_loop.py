@@ -303,6 +303,22 @@ def test_propose_tool_with_missing_fields_is_refused_without_an_op(settings: Set
     assert answer.is_error and "code, test" in answer.content
 
 
+def test_a_proposal_may_name_the_tool_it_replaces_and_nothing_else(settings: Settings) -> None:
+    improved = call("propose_tool", name="shout", code="c", test="t", replaces=" shout ")
+    bad = call("propose_tool", name="shout", code="c", test="t", replaces=["shout"])
+    # A model cannot pick its own repair round: there is no such field to fill in.
+    sneaky = call("propose_tool", name="shout", code="c", test="t", round=-5)
+    brain = ScriptedBrain([calls(improved, bad, sneaky), say("done")])
+    result = turn(settings, brain)
+    assert result.ops == (
+        ProposeTool("shout", "c", "t", replaces="shout"),
+        ProposeTool("shout", "c", "t"),
+    )
+    answers = [m for m in brain.jobs[1].messages if m.role is Role.TOOL]
+    assert answers[1].is_error and "replaces must be a tool's name" in answers[1].content
+    assert "replaces" in PROPOSE_TOOL.params_schema["properties"]
+
+
 def test_propose_tool_definition_is_free_and_requires_all_fields() -> None:
     assert PROPOSE_TOOL.tier.value == "free"
     assert PROPOSE_TOOL.params_schema["required"] == ["name", "code", "test"]

@@ -35,6 +35,15 @@ def test_schedule_at_an_epoch_is_kept_as_given() -> None:
     assert parsed.ops == (Schedule(at=1767225600.0, prompt="new year"),)
 
 
+def test_a_propose_tool_line_may_name_what_it_replaces() -> None:
+    line = '{"op":"propose_tool","name":"shout","code":"c","test":"t","replaces":"shout"}'
+    parsed = parse_ops(f"ok\n```ops\n{line}\n```")
+    assert parsed.ops == (ProposeTool("shout", "c", "t", replaces="shout"),)
+    bad = line.replace('"replaces":"shout"', '"replaces":1')
+    refused = parse_ops(f"ok\n```ops\n{bad}\n```")
+    assert refused.ops == () and "'replaces' must be a tool's name" in refused.problems[0]
+
+
 def test_propose_tool_line_becomes_a_proposal() -> None:
     line = '{"op":"propose_tool","name":"shout","code":"def run(**k): return 1","test":"t"}'
     parsed = parse_ops(f"Here you go.\n```ops\n{line}\n```")
