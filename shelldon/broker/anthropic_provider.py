@@ -60,6 +60,8 @@ _ERROR_KIND_NAMES: tuple[tuple[str, str], ...] = (
     ("RequestBodyTooLargeAfterDecodingError", "bad_request"),
     # One class per HTTP status.
     ("OverloadedError", "overloaded"),
+    # A 503 while the account's workspace is still being connected to its storage (SDK 2.16).
+    ("StorageNotReadyError", "overloaded"),
     ("ServiceUnavailableError", "overloaded"),
     ("GatewayTimeoutError", "timeout"),
     ("HTTPNotImplementedError", "bad_request"),
