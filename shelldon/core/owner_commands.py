@@ -113,7 +113,8 @@ def restore_tool(store: Store, selfcode: SelfCode, name: str, now: float) -> str
 def answer_command(
     name: str, arg: str, store: Store, selfcode: SelfCode, settings: Settings, now: float
 ) -> str:
-    """The reply to owner command ``name`` (one of ``OWNER_COMMANDS``) with argument ``arg``."""
+    """The reply to owner command ``name`` with argument ``arg`` (any other name is told
+    which commands there are)."""
     match name:
         case "start" | "help":
             return HELP
@@ -125,4 +126,13 @@ def answer_command(
             return budget_text(store, settings, now)
         case "restore":
             return restore_tool(store, selfcode, arg, now)
-    raise ValueError(f"/{name} is not an owner command (command_of decides which are)")
+    return unknown_command_text(name)
+
+
+def unknown_command_text(name: str) -> str:
+    """The answer to a ``/name`` that is no owner command: it was not sent to the model."""
+    known = " ".join(f"/{command}" for command, _ in OWNER_COMMANDS)
+    return (
+        f"I don't know /{name}, so I did nothing with it (it was not passed on to me as a "
+        f"message). My commands: {known}. To ask me something, write it without the /."
+    )

@@ -14,6 +14,7 @@ from shelldon.core.history import Store
 from shelldon.transport.approvals import (
     approval_keyboard,
     callback_key,
+    decided_card,
     render_promotion,
     render_risky_approval,
 )
@@ -88,21 +89,58 @@ class TelegramLink:
         await self.api.send_chat_action(chat_id, "typing")
 
     async def ask(self, ask: Any) -> None:
-        """Send an approval keyboard for a RISKY call or a promotion."""
+        """Send an approval card (keyboard included) for a RISKY call or a promotion, and
+        remember it, so its outcome can be added to it later."""
         if ask.call is not None:
             view = render_risky_approval(ask.call, ask.text)
         else:
             p = ask.proposal
             view = render_promotion(p.name, ask.description, p.code, p.test, ask.gate_summary)
-        await self.outbox.send_approval(ask.chat_id, view, approval_keyboard(ask.turn_id, self.key))
+        keyboard = approval_keyboard(ask.turn_id, self.key)
+        message_id = await self.outbox.send_approval(ask.chat_id, view, keyboard)
+        self.store.record_card(ask.turn_id, ask.chat_id, message_id, view.text, time.time())
 
     async def settle(self, settle: Any) -> None:
-        """Show a decision's outcome: edit the keyboard away, or just answer when kept."""
-        decision = settle.decision
-        if settle.keep_keyboard or not decision.message_id:
-            await self.outbox.send_text(decision.chat_id, escape(settle.outcome))
-        else:
-            await self.outbox.edit(decision.chat_id, decision.message_id, escape(settle.outcome))
+        """Show a decision's outcome on its card (``close`` says how), and answer the tap."""
+        d = settle.decision
+        await self.show_outcome(
+            d.turn_id, d.chat_id, d.message_id, settle.outcome, final=settle.final
+        )
+
+    async def expire(self, expired: Any) -> None:
+        """An approval or promotion expired untapped: its card says so, and the owner is told
+        in a message of its own (an edit makes no sound)."""
+        await self.show_outcome(expired.turn_id, expired.chat_id, 0, expired.outcome, tell=False)
+        await self.outbox.send_text(expired.chat_id, escape(expired.notice))
+
+    async def show_outcome(
+        self,
+        turn_id: str,
+        chat_id: int,
+        message_id: int,
+        outcome: str,
+        *,
+        final: bool = True,
+        tell: bool = True,
+    ) -> None:
+        """Add ``outcome`` to the card of ``turn_id`` and drop its keyboard. A card keeps its
+        first final outcome: a later one (a stale second tap) goes as a message of its own, as
+        does any outcome when the card cannot be edited (too old, deleted, never recorded)."""
+        told = escape(outcome) if tell else None
+        card = self.store.card(turn_id)
+        if card is None:
+            if message_id:
+                # A card sent before cards were recorded: keep its text, drop its keyboard.
+                await self.outbox.close_card(chat_id, message_id, None, told)
+            elif told is not None:
+                await self.outbox.send_text(chat_id, told)
+            return
+        first = not card.outcome and (not final or self.store.close_card(turn_id, outcome))
+        if first:
+            text = decided_card(card.text, outcome)
+            await self.outbox.close_card(card.chat_id, card.message_id, text, told)
+        elif told is not None:
+            await self.outbox.send_text(card.chat_id, told)
 
     async def close(self) -> None:
         """Close the HTTP session and the store."""

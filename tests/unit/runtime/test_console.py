@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from shelldon.contracts import Decision, InboundMessage, ToolCall
 from shelldon.transport.console import (
     STEP_SLACK_S,
+    AskAgain,
     ConsoleSession,
+    Prompt,
+    ask_again_text,
     format_approval,
     format_gate,
     format_reply,
@@ -19,9 +24,37 @@ def test_a_line_answers_the_oldest_prompt_and_only_yes_approves() -> None:
     s.ask("t1", promotion=False)
     s.ask("t2", promotion=True)
     assert s.line_event("y") == Decision(0, 0, "t1", True)
-    assert s.line_event("nope") == Decision(0, 0, "t2", False)
+    assert s.line_event(" NO ") == Decision(0, 0, "t2", False)
     assert s.line_event("hello") == InboundMessage(0, 0, "hello")
     assert s.line_event("   ") is None
+
+
+@pytest.mark.parametrize("line", ["nope", "ok", "sure", "", "  ", "please save the note", "yess"])
+def test_only_y_yes_n_no_decide_anything_else_is_asked_again(line: str) -> None:
+    # Issue 20: a chat message typed at the prompt was taken as a denial and lost.
+    s = ConsoleSession()
+    s.ask("t1", promotion=False, what='write_file(path="x")')
+    again = s.line_event(line)
+    assert isinstance(again, AskAgain) and again.prompt.turn_id == "t1"
+    assert [p.turn_id for p in s.prompts] == ["t1"]  # still open
+    text = ask_again_text(again)
+    assert 'write_file(path="x")' in text and "not sent" in text
+    assert s.line_event("Yes") == Decision(0, 0, "t1", True)
+
+
+def test_a_prompt_decided_elsewhere_or_expired_is_forgotten() -> None:
+    s = ConsoleSession()
+    s.ask("t1", promotion=False)
+    s.ask("t2", promotion=False)
+    assert s.forget("t1") and not s.forget("t1")
+    assert s.line_event("n") == Decision(0, 0, "t2", False)
+
+
+def test_the_end_of_input_leaves_a_reopened_prompt_parked() -> None:
+    s = ConsoleSession()
+    s.reopen(Prompt("t-old", False, "x"))
+    s.ask("t-new", promotion=False)
+    assert s.close_input() == [Decision(0, 0, "t-new", False)]
 
 
 def test_auto_yes_answers_at_once() -> None:
