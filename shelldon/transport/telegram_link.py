@@ -27,6 +27,7 @@ from shelldon.transport.updates import UpdateRules
 log = structlog.get_logger(__name__)
 
 RECEIVED = "Got it."
+OUT_OF_DATE = "That card is out of date: I asked again since. Nothing changed."
 
 
 class Notifier(Protocol):
@@ -60,7 +61,14 @@ class TelegramLink:
         return self._store
 
     async def handoff(self, event: InboundMessage | Decision) -> str | None:
-        """Durably store an inbound event in the inbox, then wake the actor."""
+        """Durably store an inbound event in the inbox, then wake the actor. A tap on an
+        older card of a turn that has asked again since decides nothing: its buttons (still
+        there when Telegram refused to edit them away) must not approve the newer call."""
+        if isinstance(event, Decision) and event.message_id:
+            card = self.store.card(event.turn_id)
+            if card is not None and card.message_id != event.message_id:
+                log.warning("tap_on_old_card", turn_id=event.turn_id, card=card.message_id)
+                return OUT_OF_DATE
         update_id = event.update_id or None
         fresh = self.store.put_inbox(encode(event), time.time(), update_id)
         if fresh:

@@ -42,7 +42,12 @@ def start(home: Path, script: list[dict[str, Any]], **env: str) -> Service:
 def service(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Service]:
     marker = request.node.get_closest_marker("script")
     env = marker.kwargs if marker else {}
-    svc = start(tmp_path / "home", SCRIPT + SLOW, SHELLDON_LIMITS_EVAL_TIMEOUT_S=SLOW_S, **env)
+    script = SCRIPT + SLOW
+    if env.get("SHELLDON_BRAIN_SCRIPT") == "again.json":
+        # The resumed turn asks for a second RISKY call, parked under the same turn id.
+        script = [SCRIPT[0], {"when": "note", "tool_calls": [EVIL_CALL]}, NOTE_SAVED]
+        env = {}
+    svc = start(tmp_path / "home", script, SHELLDON_LIMITS_EVAL_TIMEOUT_S=SLOW_S, **env)
     try:
         yield svc
     finally:
@@ -198,3 +203,30 @@ def test_a_deleted_card_gets_its_outcome_as_a_new_message(service: Service) -> N
     tg.wait(lambda: "Note saved." in texts(tg))
     shown = texts(tg)
     assert shown.index(APPROVED) < shown.index("Note saved.")  # the outcome comes first
+
+
+EVIL_CALL = {"name": "write_file", "args": {"path": "evil.txt", "content": "pwned"}}
+
+
+@pytest.mark.script(SHELLDON_BRAIN_SCRIPT="again.json")
+def test_an_old_cards_buttons_cannot_approve_the_next_call_its_turn_asks_for(
+    service: Service,
+) -> None:
+    # A resumed turn may park again under the same turn id. If the first card could not be
+    # edited (48 hours, or Telegram refused), its buttons are still there and its callback
+    # data names the same turn: a tap on it must not approve the newer, unseen call.
+    tg = fake(service)
+    first = ask_for_a_note(tg)
+    tg.do(tg.fake.age, OWNER, first.message_id)
+    tg.do(tg.fake.tap, OWNER, first, 0)
+    tg.wait(lambda: sum(bool(m.buttons()) for m in tg.fake.sent) == 2)  # the second card
+    second = [m for m in tg.fake.sent if m.buttons()][-1]
+    assert "evil.txt" in second.visible
+    tg.do(tg.fake.tap, OWNER, first, 0)  # the old card's Approve, again
+    tg.wait(lambda: any(a["text"] and "out of date" in a["text"] for a in tg.fake.answers))
+    time.sleep(1.0)
+    assert [p.kind for p in service.store.pending()] == ["approval"]  # evil.txt still waits
+    assert not (service.settings.workspace / "evil.txt").exists()
+    tg.do(tg.fake.tap, OWNER, second, 1)  # the owner reads the new card and says no
+    tg.wait(lambda: card_now(tg, second).visible.rstrip().endswith(DENIED))
+    assert not (service.settings.workspace / "evil.txt").exists()
