@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from shelldon.contracts import Decision, InboundMessage, ToolCall
+from shelldon.contracts import Decision, InboundMessage, RequestToolApproval, ToolCall, encode
+from shelldon.core.history import Store
 from shelldon.transport.console import (
     STEP_SLACK_S,
     AskAgain,
@@ -15,6 +18,7 @@ from shelldon.transport.console import (
     format_gate,
     format_reply,
     format_you,
+    reopen_parked,
     story_step_budget_s,
 )
 
@@ -164,3 +168,22 @@ def test_the_console_shows_an_approval_whole_with_the_same_warnings_as_the_card(
     assert "U+202E RIGHT-TO-LEFT OVERRIDE (line 3001, column 4)" in shown
     url_call = ToolCall("c", "http_get", {"url": "https://g\u043e\u043egle.com/"})
     assert "it is xn--ggle-55da.com" in format_approval(url_call)
+
+
+def test_what_an_earlier_session_left_parked_is_reopened_as_it_was_asked(tmp_path: Path) -> None:
+    call = ToolCall("c1", "run_shell", {"command": "ls\x1b[2J"})
+    with Store(tmp_path / "db") as store:
+        op = RequestToolApproval(call, "the worker's own words", ())
+        store.park_approval("t1", 0, encode(op), "run_shell(...)", now=0, ttl_s=999)
+        store.park_approval("t-junk", 0, b"\xc1junk", "run_shell(?)", now=1, ttl_s=999)
+        store.park_promotion("p1", 0, "shout", "h", "tool shout", now=2, ttl_s=999, code=b"x=1")
+        store.park_approval("t-tg", 1001, encode(op), "run_shell(...)", now=3, ttl_s=999)
+        reopened = reopen_parked(store, now=600)
+    assert [r.prompt.turn_id for r in reopened] == ["t1", "t-junk", "p1"]  # not Telegram's
+    first, junk, promotion = reopened
+    assert first.prompt == Prompt("t1", False, 'run_shell(command="ls\\u001b[2J")')
+    assert "Still waiting for your answer from 10 min ago" in first.shown
+    assert "↳ run_shell" in first.shown and "\x1b" not in first.shown  # shown, never obeyed
+    assert "worker's own words" not in first.shown  # the parent's words, never the worker's
+    assert "run_shell(?)" in junk.shown
+    assert promotion.prompt.promotion and "shout" in promotion.shown and "x=1" in promotion.shown
