@@ -63,7 +63,7 @@ SENDS: dict[type, tuple[str, Callable[[Any], Any]]] = {
     ),
     rules.NowIdle: ("transport", lambda e: Idle(e.chat_id)),
     rules.RoutePromotion: ("gate", lambda e: DecidePromotion(e.decision)),
-    rules.TakeParked: ("approvals", lambda e: TakeApproval(e.decision)),
+    rules.TakeParked: ("approvals", lambda e: TakeApproval(e.decision, e.tapped_at)),
     rules.Resume: ("turn", lambda e: StartResume(e.request)),
     rules.Strike: ("strikes", lambda e: StrikeTools(e.chat_id, e.failures)),
 }

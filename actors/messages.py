@@ -140,9 +140,11 @@ class ParkApproval:
 
 @dataclass(frozen=True, slots=True)
 class TakeApproval:
-    """Arbiter → approval store: consume the parked call for this decision."""
+    """Arbiter → approval store: consume the parked call for this decision, judging its
+    expiry at ``tapped_at`` (a queued tap's acceptance; 0: now)."""
 
     decision: Decision
+    tapped_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

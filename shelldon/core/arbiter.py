@@ -283,9 +283,11 @@ class RoutePromotion:
 
 @dataclass(frozen=True, slots=True)
 class TakeParked:
-    """Ask the approval store to consume the parked call this tap decides."""
+    """Ask the approval store to consume the parked call this tap decides, judging its
+    expiry at ``tapped_at`` (when a queued tap was accepted; 0: now)."""
 
     decision: Decision
+    tapped_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,8 +436,9 @@ class Arbiter:
         self.adopted_until = 0.0  # a turn adopted after a restart counts as lost past this
         self.told_budget_day = ""
         # Taps on parked approvals waiting in the inbox for the slot, told "queued" already:
-        # inbox row id -> turn id. Memory only: after a restart they are told again, once.
-        self.queued: dict[int, str] = {}
+        # inbox row id -> (turn id, when accepted). Memory only: after a restart they are
+        # applied at once if the slot is free, else told again, once.
+        self.queued: dict[int, tuple[str, float]] = {}
 
     def on_start(
         self,
@@ -518,13 +521,13 @@ class Arbiter:
             return [TakeRow(item_id), RoutePromotion(decision)]
         if decision.turn_id in view.approvals and self.busy != decision.turn_id:
             if self.busy is None:
-                self.queued.pop(item_id, None)
+                _, tapped_at = self.queued.pop(item_id, ("", 0.0))
                 self.busy, self.busy_chat = decision.turn_id, decision.chat_id
-                return [TakeRow(item_id), TakeParked(decision)]
+                return [TakeRow(item_id), TakeParked(decision, tapped_at)]
             if item_id in self.queued:
                 return []
-            told = decision.turn_id in self.queued.values()
-            self.queued[item_id] = decision.turn_id
+            told = decision.turn_id in self._queued_turns()
+            self.queued[item_id] = (decision.turn_id, view.now)
             if told:
                 return []  # a second tap on one card: the first stands, this one waits too
             log.info("tap_queued", turn_id=decision.turn_id, busy=self.busy)
@@ -627,7 +630,10 @@ class Arbiter:
     def on_expiry_due(self, now: float) -> list[Effect]:
         """A parked approval's time may be up: expire what is due, except approvals whose tap
         is queued (accepted, so they must not expire while they wait for the slot)."""
-        return [ExpireParked(now, frozenset(self.queued.values()))]
+        return [ExpireParked(now, self._queued_turns())]
+
+    def _queued_turns(self) -> frozenset[str]:
+        return frozenset(turn_id for turn_id, _ in self.queued.values())
 
 
 def expired_cards(gone: Iterable[Pending], now: float) -> list[Effect]:

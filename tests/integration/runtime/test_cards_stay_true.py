@@ -47,7 +47,8 @@ def service(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Service]
         # The resumed turn asks for a second RISKY call, parked under the same turn id.
         script = [SCRIPT[0], {"when": "note", "tool_calls": [EVIL_CALL]}, NOTE_SAVED]
         env = {}
-    svc = start(tmp_path / "home", script, SHELLDON_LIMITS_EVAL_TIMEOUT_S=SLOW_S, **env)
+    env = {"SHELLDON_LIMITS_EVAL_TIMEOUT_S": SLOW_S, **env}
+    svc = start(tmp_path / "home", script, **env)
     try:
         yield svc
     finally:
@@ -138,6 +139,8 @@ def wait_for_turn_start(service: Service, text: str) -> None:
         time.sleep(0.02)
 
 
+# The approval's time runs out while the tap waits for the slow turn: accepted is accepted.
+@pytest.mark.script(SHELLDON_LIMITS_APPROVAL_TTL_S="4", SHELLDON_LIMITS_EVAL_TIMEOUT_S="8")
 def test_a_tap_during_a_turn_is_queued_and_applied_when_the_turn_ends(service: Service) -> None:
     tg = fake(service)
     card = ask_for_a_note(tg)

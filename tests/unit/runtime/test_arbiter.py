@@ -210,7 +210,9 @@ def test_a_tap_while_a_turn_runs_is_queued_in_the_inbox_and_applied_when_the_slo
     # It does not expire while it waits for the slot.
     assert a.on_tick(NOW)[0] == ExpireParked(NOW, frozenset({"t9"}))
     a.on_turn_ended(CHAT, Result(turn_id=running, reply="done"))
-    assert a.on_inbox(parked) == [TakeRow(1), TakeParked(tap("t9"))]
+    later = view(tap("t9"), approvals=frozenset({"t9"}), now=NOW + 20)
+    # Judged as of when it was accepted, so a TTL that ran out meanwhile does not void it.
+    assert a.on_inbox(later) == [TakeRow(1), TakeParked(tap("t9"), tapped_at=NOW)]
     assert a.busy == "t9" and a.queued == {}
 
 
@@ -228,7 +230,7 @@ def test_a_second_tap_on_a_queued_card_waits_silently_and_the_first_one_stands()
     assert a.on_inbox(both) == [SettleTap(tap("t9"), QUEUED_APPROVED, final=False)]
     a.on_turn_ended(CHAT, Result(turn_id=running, reply="done"))
     effects = a.on_inbox(both)
-    assert of(TakeParked, effects) == [TakeParked(tap("t9"))]
+    assert of(TakeParked, effects) == [TakeParked(tap("t9"), tapped_at=NOW)]
     assert of(SettleTap, effects) == [SettleTap(tap("t9", False), GONE)]
 
 
