@@ -266,7 +266,8 @@ class SettleTap:
 
 @dataclass(frozen=True, slots=True)
 class ExpireCard:
-    """Tell the owner a parked approval (or promotion) expired: its card says so."""
+    """A parked approval (or promotion) expired untapped: its card gains ``outcome`` and
+    loses its keyboard, and the owner is told ``notice`` in a message of its own."""
 
     chat_id: int
     turn_id: str

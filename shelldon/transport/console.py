@@ -246,7 +246,9 @@ class Reopened:
 
 
 def _age(seconds: float) -> str:
-    minutes = max(1, round(seconds / 60))
+    if seconds < 90:
+        return f"{max(0, round(seconds))} s"
+    minutes = round(seconds / 60)
     return f"{minutes} min" if minutes < 120 else f"{round(minutes / 60)} h"
 
 
