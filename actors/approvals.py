@@ -56,7 +56,8 @@ class ApprovalStoreActor(WiredActor):
     def receiveMsg_TakeApproval(self, msg: TakeApproval, sender: ActorAddress) -> None:
         assert self.store is not None
         now, decision = time.time(), msg.decision
-        taken = self.store.take_approval(decision.turn_id, now)
+        # A tap queued behind a running turn counts from when it was accepted.
+        taken = self.store.take_approval(decision.turn_id, msg.tapped_at or now)
         if taken.status != "ok":
             log.info("approval_not_taken", turn_id=decision.turn_id, status=taken.status)
             self.send(sender, ApprovalTaken(decision, taken.status))

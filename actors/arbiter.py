@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import structlog
@@ -15,6 +15,7 @@ from thespian.actors import ActorAddress, WakeupMessage
 from actors.base import ContractActor
 from actors.messages import (
     ApprovalTaken,
+    CardExpired,
     DecidePromotion,
     GateTool,
     Idle,
@@ -55,10 +56,14 @@ DUE_AT_ONCE = 50
 
 SENDS: dict[type, tuple[str, Callable[[Any], Any]]] = {
     rules.Say: ("transport", lambda e: Reply(e.chat_id, e.text, markdown_chars=e.markdown_chars)),
-    rules.SettleTap: ("transport", lambda e: Settle(e.decision, e.outcome, e.keep_keyboard)),
+    rules.SettleTap: ("transport", lambda e: Settle(e.decision, e.outcome, e.final)),
+    rules.ExpireCard: (
+        "transport",
+        lambda e: CardExpired(e.chat_id, e.turn_id, e.outcome, e.notice),
+    ),
     rules.NowIdle: ("transport", lambda e: Idle(e.chat_id)),
     rules.RoutePromotion: ("gate", lambda e: DecidePromotion(e.decision)),
-    rules.TakeParked: ("approvals", lambda e: TakeApproval(e.decision)),
+    rules.TakeParked: ("approvals", lambda e: TakeApproval(e.decision, e.tapped_at)),
     rules.Resume: ("turn", lambda e: StartResume(e.request)),
     rules.Strike: ("strikes", lambda e: StrikeTools(e.chat_id, e.failures)),
 }
@@ -117,6 +122,8 @@ class ArbiterActor(ContractActor):
             return
         if msg.payload == "due":
             self._run([rules.Pump()])
+        elif msg.payload == "expiry":
+            self._run(self.arbiter.on_expiry_due(time.time()))
         elif msg.payload == "tick":
             self._run(self.arbiter.on_tick(time.time()))
 
@@ -127,7 +134,7 @@ class ArbiterActor(ContractActor):
     def receiveMsg_ApprovalTaken(self, msg: ApprovalTaken, sender: ActorAddress) -> None:
         if self.arbiter is not None:
             parked = msg.parked if msg.status == "ok" else None
-            self._run(self.arbiter.on_approval_taken(msg.decision, parked))
+            self._run(self.arbiter.on_approval_taken(msg.decision, parked, msg.status))
 
     # ---------------------------------------------------------------- effects
 
@@ -173,13 +180,8 @@ class ArbiterActor(ContractActor):
                 self._start_due(store, schedule_id, now)
                 detail = {"reason": "daily budget spent"}
                 store.audit("arbiter", "schedule_refused", prompt, detail, now)
-            case rules.ExpireParked(at):
-                for gone in store.expire_pending(at):
-                    log.info("pending_expired", kind=gone.kind, turn_id=gone.turn_id)
-                    detail = {"kind": gone.kind}
-                    store.audit(
-                        "arbiter", "expired", gone.summary, detail, at, turn_id=gone.turn_id
-                    )
+            case rules.ExpireParked(at, keep):
+                self._expire(store, at, keep)
             case rules.Abandon(item_ids):
                 store.abandon_inbox(list(item_ids), now)
             case rules.Reoffer():
@@ -191,6 +193,14 @@ class ArbiterActor(ContractActor):
                 self.wakeupAfter(dt.timedelta(seconds=delay), payload="tick")
             case _:
                 raise TypeError(f"the arbiter has no way to carry out {effect!r}")
+
+    def _expire(self, store: Store, at: float, keep: Collection[str]) -> None:
+        expired = store.expire_pending(at, keep)
+        for gone in expired:
+            log.info("pending_expired", kind=gone.kind, turn_id=gone.turn_id)
+            detail = {"kind": gone.kind}
+            store.audit("arbiter", "expired", gone.summary, detail, at, turn_id=gone.turn_id)
+        self._run(rules.expired_cards(expired, at))
 
     def _repair(
         self,
@@ -257,6 +267,9 @@ class ArbiterActor(ContractActor):
     def _apply(self, store: Store, turn_id: str, chat_id: int, op: Op, now: float) -> None:
         if isinstance(op, RequestToolApproval):
             self.send(self.peers["approvals"], ParkApproval(turn_id, chat_id, op))
+            # Told when it expires, not up to a tick later.
+            ttl = self.settings.limits.approval_ttl_s if self.settings else 0
+            self.wakeupAfter(dt.timedelta(seconds=ttl + 0.05), payload="expiry")
         elif isinstance(op, ProposeTool):
             # Each proposal gets its own id: a turn may propose several tools. Its repair round
             # comes from the store's record of the turn, never from the proposal.

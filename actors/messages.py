@@ -94,11 +94,23 @@ class AskOwner:
 
 @dataclass(frozen=True, slots=True)
 class Settle:
-    """→ transport: a decision was handled; answer the tap and edit the keyboard away."""
+    """→ transport: a decision was handled (or, not ``final``, queued): its card keeps what
+    was asked, adds ``outcome`` and loses its keyboard."""
 
     decision: Decision
     outcome: str
-    keep_keyboard: bool = False
+    final: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class CardExpired:
+    """Arbiter → transport: the approval or promotion parked under ``turn_id`` expired
+    untapped; its card says so and the owner is told ``notice``."""
+
+    chat_id: int
+    turn_id: str
+    outcome: str
+    notice: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,9 +147,11 @@ class ParkApproval:
 
 @dataclass(frozen=True, slots=True)
 class TakeApproval:
-    """Arbiter → approval store: consume the parked call for this decision."""
+    """Arbiter → approval store: consume the parked call for this decision, judging its
+    expiry at ``tapped_at`` (a queued tap's acceptance; 0: now)."""
 
     decision: Decision
+    tapped_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

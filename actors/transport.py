@@ -22,6 +22,7 @@ from actors.messages import (
     CONSOLE_FAILED,
     TOOL_REFUSED,
     AskOwner,
+    CardExpired,
     Fatal,
     Idle,
     InboxChanged,
@@ -36,14 +37,19 @@ from shelldon.contracts import Decision, InboundMessage, encode
 from shelldon.core.arbiter import is_chat
 from shelldon.core.history import Store
 from shelldon.transport.console import (
+    ASK,
+    INDENT,
+    AskAgain,
     ConsoleSession,
-    Prompt,
+    ask_again_text,
+    call_label,
     format_approval,
     format_gate,
     format_repair_offer,
     format_replacement,
     format_reply,
     format_you,
+    reopen_parked,
     story_step_budget_s,
 )
 
@@ -76,7 +82,6 @@ class TransportActor(ContractActor):
         self.in_fd = self.out_fd = self.done_fd = -1
         self.in_buffer = b""
         self.asked: dict[str, bool] = {}
-        self.retry: list[Decision] = []
         self.awaiting = 0  # chat lines typed whose turn has not ended yet
         self.input_closed = False
         # telegram
@@ -104,6 +109,7 @@ class TransportActor(ContractActor):
             self._story_next()
         else:
             self._write("shelldon is listening. Type a message (Ctrl-D to quit).\n")
+            self._reopen_parked()
         if self.in_fd >= 0 and not (msg.story and msg.auto_yes):
             if _pollable(self.in_fd):
                 os.set_blocking(self.in_fd, False)
@@ -113,6 +119,15 @@ class TransportActor(ContractActor):
                 # take it all now (its end is the end of input).
                 while self.in_fd >= 0 and self._console_input():
                     pass
+
+    def _reopen_parked(self) -> None:
+        """Ask again what an earlier session left undecided (the owner can decide it now)."""
+        assert self.store is not None and self.session is not None
+        for reopened in reopen_parked(self.store, time.time()):
+            prompt = reopened.prompt
+            self.asked[prompt.turn_id] = prompt.promotion
+            self.session.reopen(prompt)
+            self._write(reopened.shown + INDENT + ASK)
 
     def _write(self, text: str) -> None:
         if self.out_fd >= 0:
@@ -185,6 +200,9 @@ class TransportActor(ContractActor):
         while b"\n" in self.in_buffer:
             raw, self.in_buffer = self.in_buffer.split(b"\n", 1)
             event = self.session.line_event(raw.decode("utf-8", "replace"))
+            if isinstance(event, AskAgain):
+                self._write(format_reply(ask_again_text(event)) + INDENT + ASK)
+                continue
             if event is not None and not (
                 self.session.scripted and isinstance(event, InboundMessage)
             ):
@@ -269,26 +287,27 @@ class TransportActor(ContractActor):
             return
         promotion = msg.proposal is not None and not msg.failed
         self.asked[msg.turn_id] = promotion
+        # The question, then exactly what would run (or the gate's verdict on the new tool).
+        lines = [format_reply(msg.text).rstrip("\n")]
         if msg.call is not None:
-            # The turn's reply has just asked the question; show exactly what would run.
-            lines = [format_approval(msg.call)]
+            lines.append(format_approval(msg.call))
+            what = call_label(msg.call)
         else:
-            lines = [format_reply(msg.text).rstrip("\n"), format_gate(msg.gate_summary)]
+            lines.append(format_gate(msg.gate_summary))
             if msg.replaces:
                 lines.append(format_replacement(msg.replaces, msg.diff))
             if msg.failed:
                 lines.append(format_repair_offer(msg.output))
-        answer = self.session.ask(msg.turn_id, promotion)
+                what = f"trying to fix the tool {msg.proposal.name}" if msg.proposal else ""
+            else:
+                what = f"adding the tool {msg.proposal.name}" if msg.proposal else ""
+        answer = self.session.ask(msg.turn_id, promotion, what)
         if answer is not None:
-            lines.append(
-                "           [y/N] y   (--yes)"
-                if answer.approved
-                else "           [y/N] n   (no input)"
-            )
+            lines.append(INDENT + ASK + ("y   (--yes)" if answer.approved else "n   (no input)"))
             self._write("\n".join(lines) + "\n")
             self._console_handoff(answer)
         else:
-            self._write("\n".join(lines) + "\n           [y/N] ")
+            self._write("\n".join(lines) + "\n" + INDENT + ASK)
 
     def receiveMsg_Settle(self, msg: Settle, sender: ActorAddress) -> None:
         if self.kind != "console":
@@ -297,18 +316,24 @@ class TransportActor(ContractActor):
             return
         assert self.session is not None
         self._write(format_reply(msg.outcome))
-        if msg.keep_keyboard:
-            if self.session.auto_yes:
-                self.retry.append(msg.decision)
-            else:
-                self.session.prompts.append(Prompt(msg.decision.turn_id, False))
-                self._write("           [y/N] ")
-            return
+        if not msg.final:
+            return  # queued behind a running turn: the final outcome follows
+        self.session.forget(msg.decision.turn_id)
         promotion = self.asked.pop(msg.decision.turn_id, False)
         if self.session.on_settled(promotion, msg.decision.approved is True):
             self._story_next()
         elif self.session.failure:
             self._end_story()
+
+    def receiveMsg_CardExpired(self, msg: CardExpired, sender: ActorAddress) -> None:
+        if self.kind != "console":
+            if self.telegram is not None and self.bridge is not None:
+                self.bridge.submit(self.telegram.expire(msg), ("expire", msg.turn_id))
+            return
+        if self.session is not None:
+            self.session.forget(msg.turn_id)
+            self.asked.pop(msg.turn_id, None)
+            self._write(format_reply(msg.notice))
 
     def receiveMsg_Idle(self, msg: Idle, sender: ActorAddress) -> None:
         if self.session is None:
@@ -317,9 +342,7 @@ class TransportActor(ContractActor):
         if self.input_closed and not self.awaiting:
             self._finish_console()
             return
-        if self.retry:
-            self._console_handoff(self.retry.pop(0))
-        elif self.session.on_idle():
+        if self.session.on_idle():
             self._story_next()
 
     def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: ActorAddress) -> None:

@@ -1,7 +1,8 @@
 """An offline brain that replays a script: the demo's brain and the tests' brain.
 
 The script is a JSON file (``[brain] script``) holding a list of steps. Each step is one model
-answer, either text or tool calls, optionally guarded by ``when``::
+answer: text, tool calls, or both (text said alongside the calls, as real models do),
+optionally guarded by ``when``::
 
     [
       {"when": "weather", "tool_calls": [{"name": "http_get", "args": {"url": "http://x"}}]},
@@ -109,8 +110,8 @@ def parse_script(data: object, *, source: str = "script") -> tuple[ScriptStep, .
         if unknown:
             known = ", ".join(sorted(STEP_KEYS))
             raise ScriptError(f"{where}: unknown keys {sorted(unknown)} (known: {known})")
-        if ("text" in raw) == ("tool_calls" in raw):
-            raise ScriptError(f"{where}: needs exactly one of 'text' or 'tool_calls'")
+        if "text" not in raw and "tool_calls" not in raw:
+            raise ScriptError(f"{where}: needs 'text', 'tool_calls' or both")
         text, when = raw.get("text", ""), raw.get("when", "")
         truncated = raw.get("truncated", False)
         if not isinstance(text, str):

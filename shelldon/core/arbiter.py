@@ -11,7 +11,9 @@ database or a clock. The rules:
 - Approval taps and owner commands are not chat: they are handled at once, never behind a turn.
 - One turn at a time. Chat waits in the inbox, oldest first; past ``max_queue`` the newest are
   answered "busy" and dropped. A tap on a parked RISKY call needs the slot (its turn resumes),
-  so while a turn runs it is answered "tap again" and stays parked.
+  so while a turn runs it is accepted and queued: its inbox row stays untaken (durable, and
+  read again after a restart) until the slot frees, and its approval does not expire meanwhile.
+- Text shaped like a command (``/word``) is never chat: an unknown one is answered locally.
 - A scheduled turn starts only when no turn runs and within the daily budget; the owner is told
   of a refusal once a day.
 - "Try to fix" on a failed gate's card is a turn like a scheduled one: it needs the slot and
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -41,9 +44,10 @@ from shelldon.contracts import (
     ToolFailure,
     decode,
 )
-from shelldon.core.history import RepairOffer, Scheduled
+from shelldon.core.history import Pending, RepairOffer, Scheduled
 from shelldon.core.repair import repair_prompt, repair_record
-from shelldon.core.risky import park_refusal, refused_park_text
+from shelldon.core.replies import approval_question, expired_notice
+from shelldon.core.risky import describe_call, park_refusal, refused_park_text
 from shelldon.core.turn_reply import turn_reply
 from shelldon.core.turnwatch import apology
 
@@ -76,10 +80,18 @@ CONSOLE_USER = 0
 BUSY_REPLY = (
     "I'm still busy with your earlier messages, so I dropped this one — send it again in a bit."
 )
-TAP_AGAIN = "I'm in the middle of something — tap again in a moment."
-EXPIRED = "That approval expired (or was already decided), so nothing ran."
+EXPIRED = "⌛ Expired — nothing ran."
+EXPIRED_PROMOTION = "⌛ Expired — not added."
+EXPIRED_REPAIR = "⌛ Expired — no fix was tried."
+EXPIRED_BY_KIND = {"promotion": EXPIRED_PROMOTION, "repair": EXPIRED_REPAIR}
+"""What an expired card says, by the kind of what was parked (an approval: ``EXPIRED``)."""
+GONE = "This approval was already decided or has expired; your tap changed nothing."
 APPROVED = "✅ Approved — running it now."
 DENIED = "❌ Denied — I won't run it."
+QUEUED_APPROVED = "✅ Approved — I'll run it as soon as I finish what I'm doing."
+QUEUED_DENIED = "❌ Denied — it won't run; I'll carry on once I finish what I'm doing."
+UNREADABLE = "⚠ That approval could not be read back, so nothing ran. Ask me again."
+LOST = "⚠ Another turn started before your tap was applied, so nothing ran. Ask me again."
 BUDGET_SPENT = (
     "I skipped a scheduled task: today's budget for turns I start myself is spent. "
     "/budget shows it."
@@ -88,6 +100,7 @@ REPAIR_BUDGET_SPENT = (
     "Today's budget for turns I start myself is spent, so I can't try to fix it now; "
     "tap again tomorrow (/budget shows it)."
 )
+REPAIR_WAIT = "I'm in the middle of something: tap 🔧 Try to fix again once I've answered."
 REPAIR_BUSY = "I was busy with another turn, so I did not start the fix; ask me to fix it."
 REPAIR_CAPPED = "That tool had its repair rounds already, so I won't try again."
 TICK_S = 30.0
@@ -105,14 +118,17 @@ def owners_of(allowed_users: Iterable[int], *, console: bool) -> frozenset[int]:
     return frozenset(allowed_users) | ({CONSOLE_USER} if console else frozenset())
 
 
+_COMMAND = re.compile(r"/([A-Za-z0-9_]{1,32})(?:@[A-Za-z0-9_]{1,64})?(?:\s+(.*))?", re.DOTALL)
+
+
 def command_of(text: str) -> tuple[str, str] | None:
     """``("restore", "weather")`` for "/restore weather" (also "/restore@my_bot weather");
-    None for text that is no owner command (an unknown "/rm -rf" is chat for the model)."""
-    if not text.startswith("/"):
+    None for text that is not shaped like a command ("/tmp/x is full" is chat). The name may
+    be no owner command ("/rm -rf"): such text is answered locally, never sent to the model."""
+    match = _COMMAND.fullmatch(text.strip())
+    if match is None:
         return None
-    head, _, rest = text[1:].partition(" ")
-    name = head.split("@", 1)[0].lower()
-    return (name, rest.strip()) if name in COMMANDS else None
+    return match.group(1).lower(), (match.group(2) or "").strip()
 
 
 def is_chat(event: InboundMessage | Decision) -> bool:
@@ -265,11 +281,23 @@ class AnswerCommand:
 
 @dataclass(frozen=True, slots=True)
 class SettleTap:
-    """Answer a tap with ``outcome``; the keyboard goes unless ``keep_keyboard``."""
+    """Answer a tap with ``outcome`` on its card (the keyboard goes); a ``final`` outcome is
+    the card's last word, a queued one is replaced once the tap is applied."""
 
     decision: Decision
     outcome: str
-    keep_keyboard: bool = False
+    final: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireCard:
+    """A parked approval (or promotion) expired untapped: its card gains ``outcome`` and
+    loses its keyboard, and the owner is told ``notice`` in a message of its own."""
+
+    chat_id: int
+    turn_id: str
+    outcome: str
+    notice: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,9 +309,11 @@ class RoutePromotion:
 
 @dataclass(frozen=True, slots=True)
 class TakeParked:
-    """Ask the approval store to consume the parked call this tap decides."""
+    """Ask the approval store to consume the parked call this tap decides, judging its
+    expiry at ``tapped_at`` (when a queued tap was accepted; 0: now)."""
 
     decision: Decision
+    tapped_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,9 +416,12 @@ class RefuseDue:
 
 @dataclass(frozen=True, slots=True)
 class ExpireParked:
-    """Expire (and audit) the parked approvals and promotions whose time is up at ``now``."""
+    """Expire (and audit) the parked approvals and promotions whose time is up at ``now``,
+    except the approvals in ``keep`` (a tap on them is queued); each is handed to
+    ``expired_cards``."""
 
     now: float
+    keep: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,6 +453,7 @@ Effect = (
     | Say
     | AnswerCommand
     | SettleTap
+    | ExpireCard
     | RoutePromotion
     | TakeRepair
     | DropRepair
@@ -455,6 +489,10 @@ class Arbiter:
         self.busy_chat = 0
         self.adopted_until = 0.0  # a turn adopted after a restart counts as lost past this
         self.told_budget_day = ""
+        # Taps on parked approvals waiting in the inbox for the slot, told "queued" already:
+        # inbox row id -> (turn id, when accepted). Memory only: after a restart they are
+        # applied at once if the slot is free, else told again, once.
+        self.queued: dict[int, tuple[str, float]] = {}
 
     def on_start(
         self,
@@ -504,13 +542,15 @@ class Arbiter:
         for item_id, why in plan.bad:
             log.warning("inbox_item_dropped", item_id=item_id, error=why)
             effects.append(TakeRow(item_id))
+        waiting = {item_id for item_id, _ in view.rows}
+        self.queued = {k: v for k, v in self.queued.items() if k in waiting}
         for entry in plan.now:
-            effects.append(TakeRow(entry.item_id))
             if isinstance(entry.event, Decision):
-                effects.extend(self._tapped(entry.event, view))
+                effects.extend(self._tapped(entry.item_id, entry.event, view))
             else:
                 parsed = command_of(entry.event.text)
                 assert parsed is not None  # plan_inbox put no chat here
+                effects.append(TakeRow(entry.item_id))
                 effects.append(AnswerCommand(entry.event.chat_id, *parsed))
         for entry in plan.busy:
             effects += [TakeRow(entry.item_id), Say(entry.event.chat_id, BUSY_REPLY)]
@@ -525,30 +565,43 @@ class Arbiter:
             effects.append(NowIdle(idle_chat))
         return effects
 
-    def _tapped(self, decision: Decision, view: InboxView) -> list[Effect]:
+    def _tapped(self, item_id: int, decision: Decision, view: InboxView) -> list[Effect]:
+        """A tap: a promotion's goes to the gate, a parked call's resumes its turn (queued,
+        its row left in the inbox, while another turn holds the slot), any other is stale."""
         if decision.approved is None:
             log.warning("malformed_decision_denied", turn_id=decision.turn_id)
             decision = dataclasses.replace(decision, approved=False)
         if decision.turn_id in view.promotions:
-            return [RoutePromotion(decision)]
+            return [TakeRow(item_id), RoutePromotion(decision)]
         if decision.turn_id in view.repairs:
-            return self._repair_tapped(decision, view)
-        if decision.turn_id in view.approvals:
-            if self.busy is not None:
-                return [SettleTap(decision, TAP_AGAIN, keep_keyboard=True)]
-            self.busy, self.busy_chat = decision.turn_id, decision.chat_id
-            return [TakeParked(decision)]
+            return [TakeRow(item_id), *self._repair_tapped(decision, view)]
+        if decision.turn_id in view.approvals and self.busy != decision.turn_id:
+            if self.busy is None:
+                _, tapped_at = self.queued.pop(item_id, ("", 0.0))
+                self.busy, self.busy_chat = decision.turn_id, decision.chat_id
+                return [TakeRow(item_id), TakeParked(decision, tapped_at)]
+            if item_id in self.queued:
+                return []
+            told = decision.turn_id in self._queued_turns()
+            self.queued[item_id] = (decision.turn_id, view.now)
+            if told:
+                return []  # a second tap on one card: the first stands, this one waits too
+            log.info("tap_queued", turn_id=decision.turn_id, busy=self.busy)
+            queued = QUEUED_APPROVED if decision.approved else QUEUED_DENIED
+            return [SettleTap(decision, queued, final=False)]
+        self.queued.pop(item_id, None)
         log.info("decision_for_nothing", turn_id=decision.turn_id)
-        return [SettleTap(decision, EXPIRED)]
+        return [TakeRow(item_id), SettleTap(decision, GONE)]
 
     def _repair_tapped(self, decision: Decision, view: InboxView) -> list[Effect]:
         if not decision.approved:
             return [DropRepair(decision)]
+        # The card keeps its buttons in both cases: the owner may tap again, or drop it.
         if self.busy is not None:
-            return [SettleTap(decision, TAP_AGAIN, keep_keyboard=True)]
+            return [Say(decision.chat_id, REPAIR_WAIT)]
         if view.spent_today >= self.limits.daily_turn_budget:
             log.warning("repair_refused_budget", offer=decision.turn_id)
-            return [SettleTap(decision, REPAIR_BUDGET_SPENT, keep_keyboard=True)]
+            return [Say(decision.chat_id, REPAIR_BUDGET_SPENT)]
         # The slot is held for the offer until the store says whether it is still there.
         self.busy, self.busy_chat = decision.turn_id, decision.chat_id
         return [TakeRepair(decision, new_turn_id("r"))]
@@ -578,7 +631,7 @@ class Arbiter:
         log.info("repair_started", tool=offer.name, round=offer.round + 1, turn_id=turn_id)
         text = repair_prompt(offer, self.limits)
         return [
-            SettleTap(decision, f"🔧 Trying to fix {offer.name} (round {offer.round + 1}).", False),
+            SettleTap(decision, f"🔧 Trying to fix {offer.name} (round {offer.round + 1})."),
             SpendBudget(budget_day(now)),
             self._begin(turn_id, offer.chat_id, text, "repair", repair_record(offer, self.limits)),
         ]
@@ -611,27 +664,31 @@ class Arbiter:
             return []
         self.busy, self.adopted_until = None, 0.0
         effects: list[Effect] = [FinishInbox(result.turn_id)]
-        ops, refused = [], []
+        ops, refusals, asked = [], [], []
         for op in result.ops:
             why = park_refusal(op.call) if isinstance(op, RequestToolApproval) else ""
             if isinstance(op, RequestToolApproval) and why:
                 # Only a RISKY built-in's call is ever parked: nothing waits for a tap.
                 log.warning("park_refused", turn_id=result.turn_id, tool=op.call.name, why=why)
-                refused.append(Say(chat_id, refused_park_text(op.call, why)))
+                refusals.append(Say(chat_id, refused_park_text(op.call, why)))
             else:
                 ops.append(op)
+                if isinstance(op, RequestToolApproval):
+                    asked.append(approval_question(describe_call(op.call)))
+        # The owner reads a parked call's question once, on its card; the conversation keeps it
+        # in the parent's own words, so the model knows next turn what it asked.
         said = turn_reply(result.reply, ops)
         if said.text:
             effects.append(Say(chat_id, said.text, said.markdown_chars))
-        if result.reply:
-            effects.append(RecordReply(chat_id, result.reply))
-        effects += refused
+        recorded = "\n\n".join(filter(None, [result.reply, *asked]))
+        if recorded:
+            effects.append(RecordReply(chat_id, recorded))
+        effects += refusals
         effects += [ApplyOp(result.turn_id, chat_id, op) for op in ops]
         if result.tool_failures:
             effects.append(Strike(chat_id, result.tool_failures))
         # The conversation turn is complete, unless it parked (it goes on after the tap).
-        parked = any(isinstance(op, RequestToolApproval) for op in ops)
-        return [*effects, Pump(idle_chat=None if parked else chat_id)]
+        return [*effects, Pump(idle_chat=None if asked else chat_id)]
 
     def on_turn_lost(self) -> list[Effect]:
         """The turn actor died with the turn in flight: the owner gets an apology."""
@@ -641,10 +698,10 @@ class Arbiter:
         return self.on_turn_ended(self.busy_chat, apology(self.busy, "crash"))
 
     def on_approval_taken(
-        self, decision: Decision, parked: RequestToolApproval | None
+        self, decision: Decision, parked: RequestToolApproval | None, status: str = "ok"
     ) -> list[Effect]:
         """The approval store consumed the parked call a tap decided (``parked``), or found
-        it gone (None: expired, decided already, corrupt)."""
+        it gone (None; ``status`` says why: "expired", "unknown" (decided already), "corrupt")."""
         mine = self.busy == decision.turn_id
         if parked is not None and (mine or self.busy is None):
             approved = bool(decision.approved)
@@ -656,9 +713,12 @@ class Arbiter:
             # Another turn took the slot meanwhile (the turn actor restarted): one turn at a
             # time holds, and the consumed call does not run.
             log.warning("approval_taken_while_busy", turn_id=decision.turn_id, busy=self.busy)
+            outcome = LOST
+        else:
+            outcome = {"expired": EXPIRED, "corrupt": UNREADABLE}.get(status, GONE)
         if mine:
             self.busy = None
-        return [SettleTap(decision, EXPIRED), Pump()]
+        return [SettleTap(decision, outcome), Pump()]
 
     def on_tick(self, now: float) -> list[Effect]:
         """The clock moved: a turn adopted after a restart that never ended is given up on,
@@ -667,7 +727,28 @@ class Arbiter:
         if self.busy is not None and self.adopted_until and now > self.adopted_until:
             log.warning("adopted_turn_never_ended", turn_id=self.busy)
             effects += self.on_turn_ended(self.busy_chat, apology(self.busy, "crash"))
-        return [*effects, ExpireParked(now), Pump(), ArmTick()]
+        return [*effects, *self.on_expiry_due(now), Pump(), ArmTick()]
+
+    def on_expiry_due(self, now: float) -> list[Effect]:
+        """A parked approval's time may be up: expire what is due, except approvals whose tap
+        is queued (accepted, so they must not expire while they wait for the slot)."""
+        return [ExpireParked(now, self._queued_turns())]
+
+    def _queued_turns(self) -> frozenset[str]:
+        return frozenset(turn_id for turn_id, _ in self.queued.values())
+
+
+def expired_cards(gone: Iterable[Pending], now: float) -> list[Effect]:
+    """What the owner is told of parked rows that just expired: one notice per card."""
+    return [
+        ExpireCard(
+            p.chat_id,
+            p.turn_id,
+            EXPIRED_BY_KIND.get(p.kind, EXPIRED),
+            expired_notice(p.kind, p.summary, now - p.created_at),
+        )
+        for p in gone
+    ]
 
 
 def inbox_view(

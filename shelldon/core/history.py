@@ -18,7 +18,7 @@ import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,9 +103,19 @@ _MIGRATIONS: tuple[str, ...] = (
         created_at REAL NOT NULL, expires_at REAL NOT NULL,
         taken_at REAL, turn_id TEXT UNIQUE);
     """,
+    # v6: the approval cards the transport sent, so a decided or expired card is edited to
+    # what was asked plus its outcome (and only the first outcome), also after a restart.
+    """
+    CREATE TABLE cards (
+        turn_id TEXT PRIMARY KEY, chat_id INTEGER NOT NULL, message_id INTEGER NOT NULL,
+        text TEXT NOT NULL, outcome TEXT NOT NULL DEFAULT '', created_at REAL NOT NULL);
+    """,
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)
+
+CARD_KEEP_S = 7 * 24 * 3600.0
+"""How long an approval card is remembered (a week: longer than any approval's TTL)."""
 
 
 class StoreError(RuntimeError):
@@ -154,6 +164,17 @@ class Pending:
     summary: str
     created_at: float
     expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    """An approval card as sent: its message, its text (HTML) and its outcome ("" while open)."""
+
+    turn_id: str
+    chat_id: int
+    message_id: int
+    text: str
+    outcome: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -458,6 +479,13 @@ class Store:
         blob = f"{row[1]}\0{row[2]}".encode()
         return Taken(status, turn_id, row[0], blob, row[3], bytes(row[5]), bytes(row[6]), row[7])
 
+    def parked_promotion(self, turn_id: str) -> tuple[str, bytes] | None:
+        """The name and code of the promotion parked under ``turn_id``, without consuming it."""
+        row = self._db.execute(
+            "SELECT name, code FROM pending_promotions WHERE turn_id = ?", (turn_id,)
+        ).fetchone()
+        return (row[0], bytes(row[1])) if row else None
+
     def parked_code(self, name: str) -> bytes:
         """The code of the newest promotion of ``name`` waiting for the owner (b"" if none)."""
         row = self._db.execute(
@@ -543,13 +571,23 @@ class Store:
         ).fetchone()
         return int(row[0]) + 1 if row else 0
 
-    def expire_pending(self, now: float) -> list[Pending]:
-        """Remove and return parked rows whose TTL has passed."""
+    def parked_approval(self, turn_id: str) -> bytes:
+        """The blob parked under ``turn_id`` without consuming it (b"" if none)."""
+        row = self._db.execute(
+            "SELECT blob FROM pending_approvals WHERE turn_id = ?", (turn_id,)
+        ).fetchone()
+        return bytes(row[0]) if row else b""
+
+    def expire_pending(self, now: float, keep: Collection[str] = ()) -> list[Pending]:
+        """Remove and return parked rows whose TTL has passed, except the approvals in
+        ``keep`` (the owner's decision on them is already queued)."""
+        kept = json.dumps(sorted(keep))
         with self._write(durable=True) as db:
             approvals = db.execute(
                 "DELETE FROM pending_approvals WHERE expires_at <= ? "
+                "AND turn_id NOT IN (SELECT value FROM json_each(?)) "
                 "RETURNING turn_id, chat_id, summary, created_at, expires_at",
-                (now,),
+                (now, kept),
             ).fetchall()
             promotions = db.execute(
                 "DELETE FROM pending_promotions WHERE expires_at <= ? "
@@ -567,6 +605,38 @@ class Store:
             + [Pending("promotion", *r) for r in promotions]
             + [Pending("repair", *r) for r in repairs]
         )
+
+    # ------------------------------------------------------------ approval cards
+
+    def record_card(
+        self, turn_id: str, chat_id: int, message_id: int, text: str, now: float
+    ) -> None:
+        """Remember the card sent for ``turn_id``; cards past ``CARD_KEEP_S`` are forgotten
+        (Telegram lets a bot edit a message for 48 hours)."""
+        with self._write() as db:
+            db.execute("DELETE FROM cards WHERE created_at < ?", (now - CARD_KEEP_S,))
+            db.execute(
+                "INSERT OR REPLACE INTO cards (turn_id, chat_id, message_id, text, outcome, "
+                "created_at) VALUES (?, ?, ?, ?, '', ?)",
+                (turn_id, chat_id, message_id, text, now),
+            )
+
+    def card(self, turn_id: str) -> Card | None:
+        """The card sent for ``turn_id``, if it is remembered."""
+        row = self._db.execute(
+            "SELECT turn_id, chat_id, message_id, text, outcome FROM cards WHERE turn_id = ?",
+            (turn_id,),
+        ).fetchone()
+        return Card(*row) if row else None
+
+    def close_card(self, turn_id: str, outcome: str) -> bool:
+        """Record a card's final outcome; False if it had one already (the first one stands)."""
+        with self._write() as db:
+            cur = db.execute(
+                "UPDATE cards SET outcome = ? WHERE turn_id = ? AND outcome = ''",
+                (outcome, turn_id),
+            )
+            return cur.rowcount == 1
 
     # ------------------------------------------------------------ tool health
 

@@ -287,8 +287,8 @@ def answer_command(
     *,
     chat_id: int,
 ) -> str:
-    """The reply to owner command ``name`` (one of ``OWNER_COMMANDS``) with argument ``arg``,
-    typed in chat ``chat_id``."""
+    """The reply to owner command ``name`` with argument ``arg``, typed in chat ``chat_id``
+    (any other name is told which commands there are)."""
     match name:
         case "start" | "help":
             return HELP
@@ -314,4 +314,13 @@ def answer_command(
             return usage_text(store, settings.brain, now)
         case "retire":
             return retire_tool(store, selfcode, arg, now, via="command")
-    raise ValueError(f"/{name} is not an owner command (command_of decides which are)")
+    return unknown_command_text(name)
+
+
+def unknown_command_text(name: str) -> str:
+    """The answer to a ``/name`` that is no owner command: it was not sent to the model."""
+    known = " ".join(f"/{command}" for command, _ in OWNER_COMMANDS)
+    return (
+        f"I don't know /{name}, so I did nothing with it (it was not passed on to me as a "
+        f"message). My commands: {known}. To ask me something, write it without the /."
+    )

@@ -65,3 +65,29 @@ def model_apology(failed: JobFailed) -> str:
 def approval_question(summary: str) -> str:
     """What a parked RISKY call asks the owner: the turn's reply and the keyboard's caption."""
     return f"I'd like to run {summary} — approve?"
+
+
+def _waited(seconds: float) -> str:
+    minutes = max(1, round(seconds / 60))
+    if minutes < 120:
+        return f"{minutes} min"
+    return f"{round(minutes / 60)} h"
+
+
+def expired_notice(kind: str, summary: str, waited_s: float) -> str:
+    """What the owner is told when a parked approval (``kind`` "approval") or promotion
+    expired untapped: what it was, that nothing happened, and what to do."""
+    if kind == "approval":
+        return (
+            f"⌛ Your approval to run {summary} expired after {_waited(waited_s)} without a "
+            "tap, so nothing ran. Ask me again if you still want it."
+        )
+    if kind == "repair":
+        return (
+            f"⌛ The offer to fix {summary} expired after {_waited(waited_s)} without a tap, so "
+            "I tried nothing. Ask me to write it again if you still want it."
+        )
+    return (
+        f"⌛ The request to add {summary} expired after {_waited(waited_s)} without a tap, "
+        "so it was not added."
+    )

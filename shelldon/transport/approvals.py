@@ -6,6 +6,9 @@ new tool's code, its test and the gate summary. Values too long for one message 
 as documents sent before it, so the message that carries the keyboard always fits in one piece
 and can be edited when the owner decides.
 
+Once decided (or expired) a card keeps its text and gains the outcome (``decided_card``), so
+the chat still shows what was asked and what came of it.
+
 Callback data is ``<a|d>:<turn id>:<mac>``, at most 64 bytes; the MAC (keyed by a secret the
 transport derives from the bot token) makes a forged or altered tap a ``InvalidCallback``.
 """
@@ -24,6 +27,11 @@ from shelldon.contracts import ToolCall
 from shelldon.transport.card import PREVIEW_CHARS, ArgumentCard, describe_call
 from shelldon.transport.render import MAX_MESSAGE_CHARS, bold, code, escape, pre, utf16_len
 from shelldon.transport.visible import reveal
+
+OUTCOME_CHARS = 300
+"""Room kept free on every card for the outcome a decision adds to it."""
+CARD_CHARS = MAX_MESSAGE_CHARS - OUTCOME_CHARS
+"""The most a card's own text may hold, so the decided card still fits one message."""
 
 MAX_CALLBACK_BYTES = 64
 """Telegram's limit on an inline button's callback_data."""
@@ -113,6 +121,13 @@ def approval_keyboard(
     }
 
 
+def decided_card(card: str, outcome: str) -> str | None:
+    """A card's HTML ``card`` with ``outcome`` (plain text) added below it, keyboard gone; None
+    when the two do not fit one message (the outcome then goes as a message of its own)."""
+    text = f"{card}\n\n{bold(outcome)}"
+    return text if utf16_len(text) <= MAX_MESSAGE_CHARS else None
+
+
 # ---------------------------------------------------------------- approval views
 
 
@@ -192,7 +207,7 @@ def render_risky_approval(call: ToolCall, summary: str = "") -> ApprovalView:
     if not arguments:
         blocks.append("<i>(no arguments)</i>")
     text = "\n".join(head + blocks)
-    if utf16_len(text) <= MAX_MESSAGE_CHARS:
+    if utf16_len(text) <= CARD_CHARS:
         return ApprovalView(text=text, documents=tuple(documents))
     # Many medium arguments together: send them all as one document and name them here, with
     # every warning still on the card (or, if even those overflow it, in a document of theirs).
@@ -201,7 +216,7 @@ def render_risky_approval(call: ToolCall, summary: str = "") -> ApprovalView:
     head.append(f"Its {len(call.args)} arguments are in full in {code('arguments.json')} above.")
     notes = [line for arg in arguments for line in arg.notes()]
     text = "\n".join(head + [escape(line) for line in notes])
-    if utf16_len(text) > MAX_MESSAGE_CHARS:
+    if utf16_len(text) > CARD_CHARS:
         documents.append(Document("warnings.txt", "\n".join(notes).encode("utf-8", "replace")))
         names = ", ".join(sorted({arg.label for arg in arguments if arg.notes()}))
         warning = f"⚠ hidden characters or non-ASCII hosts in: {names[:500]} (all in warnings.txt)"
@@ -245,7 +260,7 @@ def render_promotion(
             f"{bold('Test')}\n{pre(reveal(test_code))}",
         ]
     text = "\n".join(head + inline + tail)
-    if utf16_len(text) <= MAX_MESSAGE_CHARS:
+    if utf16_len(text) <= CARD_CHARS:
         return ApprovalView(text=text)
     stem = _safe_filename(name[:40], "")
     documents: tuple[Document, ...] = (

@@ -9,22 +9,59 @@ with an escape sequence in it.
 from __future__ import annotations
 
 import collections
+import dataclasses
 from dataclasses import dataclass
 
-from shelldon.contracts import Decision, InboundMessage, ToolCall
+from shelldon.contracts import (
+    ContractError,
+    Decision,
+    InboundMessage,
+    RequestToolApproval,
+    ToolCall,
+    decode,
+)
+from shelldon.core import risky
 from shelldon.core.arbiter import CONSOLE_CHAT, CONSOLE_USER
+from shelldon.core.history import Store
+from shelldon.core.replies import approval_question
 from shelldon.transport.card import describe_call
 from shelldon.transport.visible import for_terminal, reveal
 
-YES = ("y", "yes", "ok", "approve", "sure")
+YES = ("y", "yes")
+NO = ("n", "no")
+"""The only answers that decide at a ``[y/N]`` prompt; any other line is asked again."""
+
+ASK = "[y/N] "
 
 
 @dataclass(frozen=True, slots=True)
 class Prompt:
-    """An approval the console is waiting on."""
+    """An approval the console is waiting on; ``what`` names it when the owner is asked
+    again."""
 
     turn_id: str
     promotion: bool
+    what: str = ""
+    # Left open by an earlier session: the end of this session's input does not decide it.
+    reopened: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AskAgain:
+    """A line typed at a prompt that is neither yes nor no: it decides nothing, is sent
+    nowhere, and the prompt is asked again."""
+
+    prompt: Prompt
+    line: str
+
+
+def ask_again_text(again: AskAgain) -> str:
+    """What the console says to a line that answered a prompt with neither yes nor no."""
+    what = again.prompt.what or ("adding the tool" if again.prompt.promotion else "that call")
+    return (
+        f"Please answer y or n: I'm waiting for your yes or no on {what}. "
+        "That line was not sent to me."
+    )
 
 
 class ConsoleSession:
@@ -43,28 +80,51 @@ class ConsoleSession:
         self.step_line = ""
         self.failure = ""  # why the story stopped early: one line for the owner
 
-    def line_event(self, line: str) -> InboundMessage | Decision | None:
-        """The event a typed line makes: the answer to the oldest prompt, else a chat message."""
+    def line_event(self, line: str) -> InboundMessage | Decision | AskAgain | None:
+        """The event a typed line makes: y/yes or n/no answer the oldest prompt, any other
+        line at a prompt is ``AskAgain``; with no prompt open it is a chat message."""
         text = line.strip()
         if self.prompts:
+            answer = text.lower()
+            if answer not in YES + NO:
+                return AskAgain(self.prompts[0], text)
             prompt = self.prompts.popleft()
-            return Decision(CONSOLE_CHAT, CONSOLE_USER, prompt.turn_id, text.lower() in YES)
+            return Decision(CONSOLE_CHAT, CONSOLE_USER, prompt.turn_id, answer in YES)
         if not text:
             return None
         return InboundMessage(CONSOLE_CHAT, CONSOLE_USER, text)
 
-    def ask(self, turn_id: str, promotion: bool) -> Decision | None:
+    def ask(self, turn_id: str, promotion: bool, what: str = "") -> Decision | None:
         """Register an approval prompt; with ``auto_yes`` it is answered at once (and once the
         input has closed, nobody can answer: it is a no)."""
         if self.auto_yes or self.input_closed:
             return Decision(CONSOLE_CHAT, CONSOLE_USER, turn_id, self.auto_yes)
-        self.prompts.append(Prompt(turn_id, promotion))
+        if all(p.turn_id != turn_id for p in self.prompts):
+            self.prompts.append(Prompt(turn_id, promotion, what))
         return None
 
+    def forget(self, turn_id: str) -> bool:
+        """Drop the prompt for ``turn_id`` (decided elsewhere, or expired); True if one was
+        open."""
+        kept = [p for p in self.prompts if p.turn_id != turn_id]
+        dropped = len(kept) != len(self.prompts)
+        self.prompts = collections.deque(kept)
+        return dropped
+
+    def reopen(self, prompt: Prompt) -> None:
+        """Open again a prompt an earlier session left undecided."""
+        if all(p.turn_id != prompt.turn_id for p in self.prompts):
+            self.prompts.append(dataclasses.replace(prompt, reopened=True))
+
     def close_input(self) -> list[Decision]:
-        """The input ended: every open prompt (and every later one) is answered no."""
+        """The input ended: every prompt of this session (and every later one) is answered no;
+        one reopened from an earlier session stays parked for the owner to decide later."""
         self.input_closed = True
-        answers = [Decision(CONSOLE_CHAT, CONSOLE_USER, p.turn_id, False) for p in self.prompts]
+        answers = [
+            Decision(CONSOLE_CHAT, CONSOLE_USER, p.turn_id, False)
+            for p in self.prompts
+            if not p.reopened
+        ]
         self.prompts.clear()
         return answers
 
@@ -187,3 +247,59 @@ def format_approval(call: ToolCall) -> str:
     if not call.args:
         lines.append(f"{INDENT}  (no arguments)")
     return for_terminal("\n".join(lines))
+
+
+def call_label(call: ToolCall) -> str:
+    """How a prompt names a RISKY call when it asks again: exactly what would run."""
+    return risky.describe_call(call)
+
+
+@dataclass(frozen=True, slots=True)
+class Reopened:
+    """A decision an earlier session left open: its prompt, and what to print before it."""
+
+    prompt: Prompt
+    shown: str
+
+
+def _age(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(0, round(seconds))} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 120 else f"{round(minutes / 60)} h"
+
+
+def reopen_parked(store: Store, now: float) -> list[Reopened]:
+    """The approvals and promotions parked for the console's chat, oldest first, each shown
+    again as it was asked, so a new session can decide them."""
+    found = []
+    for parked in store.pending():
+        if parked.chat_id != CONSOLE_CHAT:
+            continue
+        since = f"Still waiting for your answer from {_age(now - parked.created_at)} ago: "
+        if parked.kind == "approval":
+            try:
+                op = decode(store.parked_approval(parked.turn_id))
+            except ContractError:
+                op = None
+            if not isinstance(op, RequestToolApproval):
+                # Unreadable: a tap on it is refused and audited; the owner still gets to see
+                # that something waits.
+                label, shown = parked.summary, format_reply(since + parked.summary)
+            else:
+                label = call_label(op.call)
+                question = approval_question(label)
+                shown = format_reply(since + question) + format_approval(op.call) + "\n"
+            found.append(Reopened(Prompt(parked.turn_id, False, label), shown))
+        else:
+            promotion = store.parked_promotion(parked.turn_id)
+            if promotion is None:
+                continue
+            name, code = promotion
+            question = f"add the tool {name} to my toolbox? It passed its test; its code:"
+            listing = code.decode("utf-8", "replace").rstrip("\n").split("\n")
+            body = "\n".join(INDENT + "  " + line for line in listing)
+            shown = format_reply(since + question) + for_terminal(body) + "\n"
+            label = f"adding the tool {name}"
+            found.append(Reopened(Prompt(parked.turn_id, True, label), shown))
+    return found

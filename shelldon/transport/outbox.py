@@ -60,17 +60,23 @@ class Outbox:
 
         Returns the sent message ids; an empty text sends nothing (Telegram refuses it).
         """
+        async with self._lock:
+            return await self._send_chunks(chat_id, text, reply_markup)
+
+    async def _send_chunks(
+        self, chat_id: int, text: str, reply_markup: Mapping[str, Any] | None = None
+    ) -> tuple[int, ...]:
+        """``send_text`` for a caller that holds the lock."""
         chunks = split_message(text)
         if not chunks:
             log.warning("telegram.empty_reply_not_sent", chat_id=chat_id)
             return ()
         ids = []
-        async with self._lock:
-            for i, chunk in enumerate(chunks):
-                await self._pace(chat_id)
-                markup = reply_markup if i == len(chunks) - 1 else None
-                ids.append(await self._api.send_message(chat_id, chunk, reply_markup=markup))
-                self._sent(chat_id)
+        for i, chunk in enumerate(chunks):
+            await self._pace(chat_id)
+            markup = reply_markup if i == len(chunks) - 1 else None
+            ids.append(await self._api.send_message(chat_id, chunk, reply_markup=markup))
+            self._sent(chat_id)
         return tuple(ids)
 
     async def send_approval(
@@ -95,6 +101,31 @@ class Outbox:
             await self._pace(chat_id)
             await self._api.edit_message_text(chat_id, message_id, text)
             self._sent(chat_id)
+
+    async def close_card(
+        self, chat_id: int, message_id: int, text: str | None, outcome: str | None
+    ) -> None:
+        """Show a card decided: edit it to its new HTML ``text``, keyboard gone, and send HTML
+        ``outcome`` as a message of its own when the card does not show it: ``text`` None
+        (the card keeps its text, only the keyboard goes), or Telegram refused the edit (a
+        message over 48 hours old, or deleted). So an outcome is never only logged, and it
+        reaches the chat before anything sent after it."""
+        async with self._lock:
+            try:
+                await self._pace(chat_id)
+                if text is None:
+                    await self._api.edit_message_reply_markup(chat_id, message_id)
+                else:
+                    await self._api.edit_message_text(chat_id, message_id, text)
+                self._sent(chat_id)
+                shown = text is not None
+            except TelegramError as exc:
+                if exc.fatal:
+                    raise
+                log.warning("telegram.card_not_edited", chat_id=chat_id, error=str(exc))
+                shown = False
+            if outcome is not None and not shown:
+                await self._send_chunks(chat_id, outcome)
 
     @contextlib.asynccontextmanager
     async def typing(self, chat_id: int) -> AsyncIterator[None]:

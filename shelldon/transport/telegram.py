@@ -476,6 +476,20 @@ class BotApi:
             if _NOT_MODIFIED not in exc.description:
                 raise
 
+    async def edit_message_reply_markup(self, chat_id: int, message_id: int) -> None:
+        """Drop a message's inline keyboard, leaving its text as it is."""
+        try:
+            await self.call(
+                "editMessageReplyMarkup",
+                chat_id=chat_id,
+                message_id=message_id,
+                reply_markup={"inline_keyboard": []},
+            )
+        except BadRequest as exc:
+            # No keyboard left to drop (a retried decision) is already done.
+            if _NOT_MODIFIED not in exc.description:
+                raise
+
     async def answer_callback_query(self, callback_query_id: str, text: str | None = None) -> None:
         """Stop the client's spinner on a tapped button, optionally with a short notice."""
         await self.call(

@@ -16,6 +16,7 @@ from shelldon.transport.approvals import (
     REPAIR_LABELS,
     approval_keyboard,
     callback_key,
+    decided_card,
     render_failed_gate,
     render_promotion,
     render_risky_approval,
@@ -30,6 +31,7 @@ from shelldon.transport.updates import UpdateRules
 log = structlog.get_logger(__name__)
 
 RECEIVED = "Got it."
+OUT_OF_DATE = "That card is out of date: I asked again since. Nothing changed."
 
 
 class Notifier(Protocol):
@@ -63,7 +65,14 @@ class TelegramLink:
         return self._store
 
     async def handoff(self, event: InboundMessage | Decision) -> str | None:
-        """Durably store an inbound event in the inbox, then wake the actor."""
+        """Durably store an inbound event in the inbox, then wake the actor. A tap on an
+        older card of a turn that has asked again since decides nothing: its buttons (still
+        there when Telegram refused to edit them away) must not approve the newer call."""
+        if isinstance(event, Decision) and event.message_id:
+            card = self.store.card(event.turn_id)
+            if card is not None and card.message_id != event.message_id:
+                log.warning("tap_on_old_card", turn_id=event.turn_id, card=card.message_id)
+                return OUT_OF_DATE
         update_id = event.update_id or None
         fresh = self.store.put_inbox(encode(event), time.time(), update_id)
         if fresh:
@@ -93,8 +102,9 @@ class TelegramLink:
         await self.api.send_chat_action(chat_id, "typing")
 
     async def ask(self, ask: Any) -> None:
-        """Send an approval keyboard for a RISKY call, a promotion, or a failed gate's repair
-        offer ("Try to fix" / "Drop")."""
+        """Send an approval card (keyboard included) for a RISKY call, a promotion, or a failed
+        gate's repair offer ("Try to fix" / "Drop"), and remember it, so its outcome can be
+        added to it later."""
         labels = APPROVE_LABELS
         if ask.call is not None:
             view = render_risky_approval(ask.call, ask.text)
@@ -108,15 +118,50 @@ class TelegramLink:
                 p.name, ask.description, p.code, p.test, ask.gate_summary, ask.replaces, ask.diff
             )
         keyboard = approval_keyboard(ask.turn_id, self.key, labels)
-        await self.outbox.send_approval(ask.chat_id, view, keyboard)
+        message_id = await self.outbox.send_approval(ask.chat_id, view, keyboard)
+        self.store.record_card(ask.turn_id, ask.chat_id, message_id, view.text, time.time())
 
     async def settle(self, settle: Any) -> None:
-        """Show a decision's outcome: edit the keyboard away, or just answer when kept."""
-        decision = settle.decision
-        if settle.keep_keyboard or not decision.message_id:
-            await self.outbox.send_text(decision.chat_id, escape(settle.outcome))
-        else:
-            await self.outbox.edit(decision.chat_id, decision.message_id, escape(settle.outcome))
+        """Show a decision's outcome on its card (``close`` says how), and answer the tap."""
+        d = settle.decision
+        await self.show_outcome(
+            d.turn_id, d.chat_id, d.message_id, settle.outcome, final=settle.final
+        )
+
+    async def expire(self, expired: Any) -> None:
+        """An approval or promotion expired untapped: its card says so, and the owner is told
+        in a message of its own (an edit makes no sound)."""
+        await self.show_outcome(expired.turn_id, expired.chat_id, 0, expired.outcome, tell=False)
+        await self.outbox.send_text(expired.chat_id, escape(expired.notice))
+
+    async def show_outcome(
+        self,
+        turn_id: str,
+        chat_id: int,
+        message_id: int,
+        outcome: str,
+        *,
+        final: bool = True,
+        tell: bool = True,
+    ) -> None:
+        """Add ``outcome`` to the card of ``turn_id`` and drop its keyboard. A card keeps its
+        first final outcome: a later one (a stale second tap) goes as a message of its own, as
+        does any outcome when the card cannot be edited (too old, deleted, never recorded)."""
+        told = escape(outcome) if tell else None
+        card = self.store.card(turn_id)
+        if card is None:
+            if message_id:
+                # A card sent before cards were recorded: keep its text, drop its keyboard.
+                await self.outbox.close_card(chat_id, message_id, None, told)
+            elif told is not None:
+                await self.outbox.send_text(chat_id, told)
+            return
+        first = not card.outcome and (not final or self.store.close_card(turn_id, outcome))
+        if first:
+            text = decided_card(card.text, outcome)
+            await self.outbox.close_card(card.chat_id, card.message_id, text, told)
+        elif told is not None:
+            await self.outbox.send_text(card.chat_id, told)
 
     async def close(self) -> None:
         """Close the HTTP session and the store."""

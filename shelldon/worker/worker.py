@@ -38,7 +38,7 @@ from shelldon.contracts import (
     TurnRequest,
     Usage,
 )
-from shelldon.core.replies import approval_question, model_apology
+from shelldon.core.replies import model_apology
 from shelldon.core.risky import describe_call
 from shelldon.worker.catalogue import (
     DESCRIBE_TOOLS,
@@ -270,8 +270,9 @@ class _Turn:
         summary = describe_call(call)
         self.ops.append(RequestToolApproval(call, summary, tuple(self.messages)))
         log.info("turn_parked", turn_id=self.turn_id, tool=call.name)
-        question = approval_question(summary)
-        return self.result(f"{lead}\n\n{question}" if lead else question)
+        # The question itself goes on the approval card, in the parent's words: sent here
+        # too, the owner would read it twice.
+        return self.result(lead)
 
 
 def _loop(turn: _Turn) -> Result:

@@ -5,9 +5,10 @@
 It keeps Telegram's rules that matter to us: getUpdates confirms everything below ``offset``
 and long-polls up to ``timeout``; HTML must parse ("can't parse entities"); a text holds at
 most 4096 UTF-16 units; callback_data at most 64 bytes; command names ``[a-z0-9_]{1,32}``;
-a callback query is answered once; a wrong token is 401. Tests queue updates, tap buttons of
-sent messages, script failures (429 with retry_after, 5xx, 409 on concurrent polls, dropped
-connections) and read what the bot sent.
+a callback query is answered once; a wrong token is 401; a message past Telegram's 48 hours
+(``age``) "can't be edited", a deleted one (``delete``) is "not found". Tests queue updates,
+tap buttons of sent messages, script failures (429 with retry_after, 5xx, 409 on concurrent
+polls, dropped connections) and read what the bot sent.
 
     async with FakeTelegram() as tg:
         api = BotApi(tg.token, api_base=tg.api_base)
@@ -201,6 +202,7 @@ class FakeTelegram:
     _failures: dict[str, deque[Failure]] = field(default_factory=dict)
     _messages: dict[tuple[int, int], Sent] = field(default_factory=dict)
     _open_callbacks: set[str] = field(default_factory=set)
+    _too_old: set[tuple[int, int]] = field(default_factory=set)
     _next_update_id: int = 1000
     _next_message_id: int = 1
     _next_callback: int = 1
@@ -344,6 +346,14 @@ class FakeTelegram:
         return self.queue_callback(
             user_id, buttons[button]["callback_data"], sent.message_id, sent.chat_id
         )
+
+    def age(self, chat_id: int, message_id: int) -> None:
+        """Make a sent message older than 48 hours: Telegram no longer lets the bot edit it."""
+        self._too_old.add((chat_id, message_id))
+
+    def delete(self, chat_id: int, message_id: int) -> None:
+        """Delete a sent message, as the owner can in their client."""
+        self._messages.pop((chat_id, message_id), None)
 
     def message(self, chat_id: int, message_id: int) -> Sent:
         """The current state of a message the bot sent."""
@@ -507,12 +517,33 @@ class FakeTelegram:
         )
         return {"message_id": message_id, "chat": {"id": chat_id, "type": "private"}}
 
-    async def _m_editMessageText(self, request: web.Request, params: dict[str, Any]) -> Any:
-        chat_id = _as_int(params.get("chat_id"))
-        message_id = _as_int(params.get("message_id"))
-        sent = self._messages.get((chat_id or 0, message_id or 0))
+    def _editable(self, params: dict[str, Any]) -> Sent:
+        key = (_as_int(params.get("chat_id")) or 0, _as_int(params.get("message_id")) or 0)
+        sent = self._messages.get(key)
         if sent is None:
             raise _BadRequest("Bad Request: message to edit not found")
+        if key in self._too_old:
+            raise _BadRequest("Bad Request: message can't be edited")
+        return sent
+
+    async def _m_editMessageReplyMarkup(self, request: web.Request, params: dict[str, Any]) -> Any:
+        sent = self._editable(params)
+        markup = _check_markup(params.get("reply_markup"))
+        if markup == sent.reply_markup:
+            raise _BadRequest(
+                "Bad Request: message is not modified: specified new message content and reply"
+                " markup are exactly the same as a current content and reply markup of the"
+                " message"
+            )
+        sent.reply_markup = markup
+        self.edits.append(
+            {"chat_id": sent.chat_id, "message_id": sent.message_id, "reply_markup": markup}
+        )
+        return {"message_id": sent.message_id, "chat": {"id": sent.chat_id, "type": "private"}}
+
+    async def _m_editMessageText(self, request: web.Request, params: dict[str, Any]) -> Any:
+        sent = self._editable(params)
+        chat_id, message_id = sent.chat_id, sent.message_id
         parse_mode = params.get("parse_mode")
         visible = _visible(params.get("text"), parse_mode)
         markup = _check_markup(params.get("reply_markup"))

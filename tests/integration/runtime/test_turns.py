@@ -126,19 +126,18 @@ def test_a_message_from_a_stranger_in_the_inbox_starts_no_turn(service: Service)
 
 
 @pytest.mark.script(FREE_TURN + RISKY + SLOW_THEN_FAST, SHELLDON_LIMITS_EVAL_TIMEOUT_S="5")
-def test_tap_while_a_worker_is_in_flight_stays_parked(service: Service) -> None:
+def test_tap_while_a_worker_is_in_flight_is_queued_and_applied_after(service: Service) -> None:
     service.say("save a note")
     service.expect("[y/N]")
     (parked,) = service.store.pending()
     service.inject(_chat("slow please"))
     time.sleep(0.1)  # the slow turn's worker is running now
     service.inject(Decision(0, 0, parked.turn_id, True))
-    chunk = service.expect("Done with the slow one.")
-    assert "tap again in a moment" in chunk
-    assert service.store.has_approval(parked.turn_id)
+    service.expect("as soon as I finish")
     assert not (service.settings.workspace / "note.txt").exists()
-    service.inject(Decision(0, 0, parked.turn_id, True))
-    service.expect("Approved")
+    chunk = service.expect("Done with the slow one.")
+    assert "tap again" not in chunk
+    service.expect("Approved — running it now")
     service.expect("Note saved.")
     assert (service.settings.workspace / "note.txt").read_text() == "hi"
 

@@ -87,6 +87,14 @@ def test_named_ids_and_truncation_are_kept() -> None:
     assert ask(provider, "x").truncated
 
 
+def test_a_step_may_say_something_alongside_its_tool_calls() -> None:
+    provider = ScriptedProvider(
+        parse_script([{"text": "Saving it.", "tool_calls": [{"name": "write_file"}]}])
+    )
+    answer = ask(provider, "x")
+    assert answer.text == "Saving it." and [c.name for c in answer.tool_calls] == ["write_file"]
+
+
 def test_a_passed_deadline_is_a_timeout() -> None:
     with pytest.raises(ProviderError) as caught:
         ask(ScriptedProvider(), "x", deadline=time.monotonic() - 1)
@@ -98,8 +106,7 @@ def test_a_passed_deadline_is_a_timeout() -> None:
     [
         ({"text": "x"}, "must be a JSON list"),
         (["x"], "step 0: must be an object"),
-        ([{"text": "a", "tool_calls": [{"name": "b"}]}], "exactly one of"),
-        ([{}], "exactly one of"),
+        ([{}], "needs 'text', 'tool_calls' or both"),
         ([{"txet": "typo"}], "unknown keys ['txet']"),
         ([{"text": 3}], "'text' must be a string"),
         ([{"text": "a", "when": 1}], "'when' must be a string"),

@@ -89,6 +89,44 @@ def test_expire_pending_sweeps_both_kinds(store: Store) -> None:
     assert [p.turn_id for p in store.pending()] == ["b"]
 
 
+def test_an_approval_whose_tap_is_queued_does_not_expire(store: Store) -> None:
+    store.park_approval("a", 1, b"x", "s", now=0, ttl_s=10)
+    store.park_approval("b", 1, b"x", "s", now=0, ttl_s=10)
+    gone = store.expire_pending(now=50, keep={"a"})
+    assert [g.turn_id for g in gone] == ["b"]
+    assert store.parked_approval("a") == b"x"  # read without consuming it
+    assert store.take_approval("a", now=51).status == "expired"  # the taker still judges
+
+
+def test_parked_rows_can_be_read_without_being_consumed(store: Store) -> None:
+    store.park_promotion("p", 1, "shout", "h", "tool shout", now=0, ttl_s=10, code=b"c")
+    assert store.parked_promotion("p") == ("shout", b"c")
+    assert store.parked_promotion("nope") is None and store.parked_approval("nope") == b""
+    assert store.take_promotion("p", now=1).status == "ok"
+
+
+def test_a_card_keeps_its_first_final_outcome(store: Store) -> None:
+    store.record_card("t1", 7, 42, "<b>Approve?</b>", now=100)
+    card = store.card("t1")
+    assert card is not None and (card.chat_id, card.message_id, card.outcome) == (7, 42, "")
+    assert store.close_card("t1", "✅ Approved")
+    assert not store.close_card("t1", "⌛ Expired")  # a late outcome does not rewrite it
+    card = store.card("t1")
+    assert card is not None and card.outcome == "✅ Approved"
+    # Asked again under the same turn: the newest card is the turn's card, open again.
+    store.record_card("t1", 7, 50, "<b>Approve this too?</b>", now=200)
+    card = store.card("t1")
+    assert card is not None and (card.message_id, card.outcome) == (50, "")
+
+
+def test_old_cards_are_forgotten(store: Store) -> None:
+    from shelldon.core.history import CARD_KEEP_S
+
+    store.record_card("old", 7, 1, "x", now=0)
+    store.record_card("new", 7, 2, "y", now=CARD_KEEP_S + 1)
+    assert store.card("old") is None and store.card("new") is not None
+
+
 def test_promotion_take_returns_name_and_hash(store: Store) -> None:
     store.park_promotion("t9", 1, "weather", "abc123", "gate passed", now=0, ttl_s=10)
     taken = store.take_promotion("t9", now=1)

@@ -27,8 +27,13 @@ from shelldon.core.arbiter import (
     CONSOLE_CHAT,
     DENIED,
     EXPIRED,
-    TAP_AGAIN,
+    EXPIRED_PROMOTION,
+    GONE,
+    LOST,
+    QUEUED_APPROVED,
+    QUEUED_DENIED,
     TICK_S,
+    UNREADABLE,
     Abandon,
     AnswerCommand,
     ApplyOp,
@@ -36,6 +41,7 @@ from shelldon.core.arbiter import (
     ArmTick,
     BeginTurn,
     Effect,
+    ExpireCard,
     ExpireParked,
     FinishInbox,
     InboxView,
@@ -52,11 +58,12 @@ from shelldon.core.arbiter import (
     Strike,
     TakeParked,
     TakeRow,
+    expired_cards,
     inbox_view,
     owners_of,
     tick_delay,
 )
-from shelldon.core.history import Scheduled
+from shelldon.core.history import Pending, Scheduled
 
 OWNER, STRANGER, CHAT = 7, 666, 70
 NOW = 1_700_000_000.0
@@ -158,12 +165,21 @@ def test_commands_are_answered_at_once_even_while_a_turn_runs() -> None:
     ]
 
 
-def test_an_unknown_command_is_chat_for_the_model_never_a_command() -> None:
+def test_an_unknown_command_is_answered_locally_never_sent_to_the_model() -> None:
     a = arbiter()
-    effects = a.on_inbox(view(chat("/rm -rf")))
-    assert of(AnswerCommand, effects) == []
+    effects = a.on_inbox(view(chat("/rm -rf"), chat("/Forget@shelldon_bot everything")))
+    assert of(BeginTurn, effects) == []
+    assert of(AnswerCommand, effects) == [
+        AnswerCommand(CHAT, "rm", "-rf"),
+        AnswerCommand(CHAT, "forget", "everything"),
+    ]
+
+
+def test_a_path_or_a_slash_in_a_sentence_is_still_chat() -> None:
+    a = arbiter()
+    effects = a.on_inbox(view(chat("/tmp/x is full, clean it")))
     (begin,) = of(BeginTurn, effects)
-    assert isinstance(begin, BeginTurn) and begin.text == "/rm -rf"
+    assert isinstance(begin, BeginTurn) and begin.text == "/tmp/x is full, clean it"
 
 
 def test_garbage_and_foreign_contracts_in_the_inbox_are_taken_and_dropped() -> None:
@@ -183,25 +199,75 @@ def test_a_tap_on_a_parked_call_takes_the_slot_and_asks_the_store() -> None:
     assert a.busy == "t9"  # "hello" waits for the resumed turn
 
 
-def test_a_tap_while_a_turn_runs_stays_parked_and_is_asked_again() -> None:
+def test_a_tap_while_a_turn_runs_is_queued_in_the_inbox_and_applied_when_the_slot_frees() -> None:
     a = arbiter()
     running = busy_with_a_turn(a)
-    effects = a.on_inbox(view(tap("t9"), approvals=frozenset({"t9"})))
-    assert effects == [TakeRow(1), SettleTap(tap("t9"), TAP_AGAIN, keep_keyboard=True)]
+    parked = view(tap("t9"), approvals=frozenset({"t9"}))
+    # Accepted at once, and its row stays in the inbox (durable): not taken, not "tap again".
+    assert a.on_inbox(parked) == [SettleTap(tap("t9"), QUEUED_APPROVED, final=False)]
     assert a.busy == running
+    assert a.on_inbox(parked) == []  # told once, however often the inbox is read
+    # It does not expire while it waits for the slot.
+    assert a.on_tick(NOW)[0] == ExpireParked(NOW, frozenset({"t9"}))
+    a.on_turn_ended(CHAT, Result(turn_id=running, reply="done"))
+    later = view(tap("t9"), approvals=frozenset({"t9"}), now=NOW + 20)
+    # Judged as of when it was accepted, so a TTL that ran out meanwhile does not void it.
+    assert a.on_inbox(later) == [TakeRow(1), TakeParked(tap("t9"), tapped_at=NOW)]
+    assert a.busy == "t9" and a.queued == {}
+
+
+def test_a_queued_deny_says_nothing_will_run() -> None:
+    a = arbiter()
+    busy_with_a_turn(a)
+    effects = a.on_inbox(view(tap("t9", False), approvals=frozenset({"t9"})))
+    assert effects == [SettleTap(tap("t9", False), QUEUED_DENIED, final=False)]
+
+
+def test_a_second_tap_on_a_queued_card_waits_silently_and_the_first_one_stands() -> None:
+    a = arbiter()
+    running = busy_with_a_turn(a)
+    both = view(tap("t9"), tap("t9", False), approvals=frozenset({"t9"}))
+    assert a.on_inbox(both) == [SettleTap(tap("t9"), QUEUED_APPROVED, final=False)]
+    a.on_turn_ended(CHAT, Result(turn_id=running, reply="done"))
+    effects = a.on_inbox(both)
+    assert of(TakeParked, effects) == [TakeParked(tap("t9"), tapped_at=NOW)]
+    assert of(SettleTap, effects) == [SettleTap(tap("t9", False), GONE)]
+
+
+def test_after_a_restart_a_queued_tap_is_still_in_the_inbox_and_applied() -> None:
+    # The row was never taken, so a new arbiter (after kill -9) finds it and applies it.
+    a = arbiter()
+    a.on_start(fresh=True, console=False, unanswered=[], unfinished=[], now=NOW)
+    effects = a.on_inbox(view(tap("t9"), approvals=frozenset({"t9"})))
+    assert effects == [TakeRow(1), TakeParked(tap("t9"))]
 
 
 def test_a_double_tap_consumes_the_parked_call_once() -> None:
     a = arbiter()
     effects = a.on_inbox(view(tap("t9"), tap("t9", False), approvals=frozenset({"t9"})))
     assert of(TakeParked, effects) == [TakeParked(tap("t9"))]
-    assert of(SettleTap, effects) == [SettleTap(tap("t9", False), TAP_AGAIN, keep_keyboard=True)]
+    assert of(SettleTap, effects) == [SettleTap(tap("t9", False), GONE)]
+    assert of(TakeRow, effects) == [TakeRow(1), TakeRow(2)]
 
 
 def test_a_tap_on_nothing_parked_runs_nothing_and_says_so() -> None:
     a = arbiter()
-    assert a.on_inbox(view(tap("t-never"))) == [TakeRow(1), SettleTap(tap("t-never"), EXPIRED)]
+    assert a.on_inbox(view(tap("t-never"))) == [TakeRow(1), SettleTap(tap("t-never"), GONE)]
     assert a.busy is None
+
+
+def test_expired_rows_close_their_cards_and_tell_the_owner() -> None:
+    gone = [
+        Pending("approval", "t9", CHAT, 'write_file(path="x")', NOW - 3600, NOW),
+        Pending("promotion", "p1", CHAT, "tool shout", NOW - 7200, NOW),
+    ]
+    first, second = expired_cards(gone, NOW)
+    assert isinstance(first, ExpireCard) and isinstance(second, ExpireCard)
+    assert (first.chat_id, first.turn_id, first.outcome) == (CHAT, "t9", EXPIRED)
+    assert 'write_file(path="x")' in first.notice and "nothing ran" in first.notice
+    assert "60 min" in first.notice
+    assert (second.turn_id, second.outcome) == ("p1", EXPIRED_PROMOTION)
+    assert "tool shout" in second.notice and "not added" in second.notice
 
 
 def test_a_malformed_tap_is_a_deny() -> None:
@@ -236,10 +302,15 @@ def test_a_denied_call_resumes_its_turn_told_no() -> None:
     assert isinstance(resume, Resume) and resume.request.approved is False
 
 
-def test_an_approval_gone_by_the_time_it_is_taken_runs_nothing_and_frees_the_slot() -> None:
+@pytest.mark.parametrize(
+    ("status", "outcome"), [("expired", EXPIRED), ("unknown", GONE), ("corrupt", UNREADABLE)]
+)
+def test_an_approval_gone_by_the_time_it_is_taken_runs_nothing_and_frees_the_slot(
+    status: str, outcome: str
+) -> None:
     a = arbiter()
     a.on_inbox(view(tap("t9"), approvals=frozenset({"t9"})))
-    assert a.on_approval_taken(tap("t9"), None) == [SettleTap(tap("t9"), EXPIRED), Pump()]
+    assert a.on_approval_taken(tap("t9"), None, status) == [SettleTap(tap("t9"), outcome), Pump()]
     assert a.busy is None
 
 
@@ -248,7 +319,7 @@ def test_a_stale_approval_taken_while_another_turn_runs_does_not_run_beside_it()
     running = busy_with_a_turn(a)
     effects = a.on_approval_taken(tap("t9"), PARKED)
     assert of(Resume, effects) == []
-    assert SettleTap(tap("t9"), EXPIRED) in effects
+    assert SettleTap(tap("t9"), LOST) in effects
     assert a.busy == running
 
 
@@ -278,6 +349,19 @@ def test_a_parked_turn_is_not_idle_yet() -> None:
     turn_id = busy_with_a_turn(a)
     effects = a.on_turn_ended(CHAT, Result(turn_id=turn_id, reply="approve?", ops=(PARKED,)))
     assert effects[-1] == Pump(idle_chat=None)
+
+
+def test_a_parked_turn_says_its_lead_once_and_leaves_the_question_to_the_card() -> None:
+    a = arbiter()
+    turn_id = busy_with_a_turn(a)
+    effects = a.on_turn_ended(CHAT, Result(turn_id=turn_id, reply="Saving it.", ops=(PARKED,)))
+    assert of(Say, effects) == [Say(CHAT, "Saving it.", markdown_chars=10)]  # the model's Markdown
+    question = 'I\'d like to run write_file(path="x", content="hi") — approve?'
+    assert of(RecordReply, effects) == [RecordReply(CHAT, f"Saving it.\n\n{question}")]
+    # With nothing to lead with, the owner gets only the card.
+    turn_id = busy_with_a_turn(a)
+    effects = a.on_turn_ended(CHAT, Result(turn_id=turn_id, reply="", ops=(PARKED,)))
+    assert of(Say, effects) == [] and of(RecordReply, effects) == [RecordReply(CHAT, question)]
 
 
 @pytest.mark.parametrize(

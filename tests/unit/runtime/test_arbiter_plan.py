@@ -50,9 +50,17 @@ def test_garbage_and_foreign_contracts_are_dropped_with_a_reason() -> None:
 def test_commands_are_recognised_with_and_without_the_bot_name() -> None:
     assert command_of("/restore weather") == ("restore", "weather")
     assert command_of("/Tools@shelldon_bot") == ("tools", "")
-    assert command_of("/rm -rf") is None
     assert command_of("restore weather") is None
     assert command_of("/") is None and command_of("/@bot") is None
+
+
+def test_anything_shaped_like_a_command_is_one_known_or_not() -> None:
+    # Unknown names are answered locally (owner_commands), never sent to the model.
+    assert command_of("/rm -rf") == ("rm", "-rf")
+    assert command_of("  /Usage\nplease  ") == ("usage", "please")
+    assert command_of("/tmp/x is full") is None  # a path is chat
+    assert command_of("/ hello") is None and command_of("/über") is None
+    assert command_of("/" + "a" * 33) is None  # longer than Telegram allows a command
 
 
 def test_chat_from_anyone_but_an_owner_is_dropped_with_a_reason() -> None:

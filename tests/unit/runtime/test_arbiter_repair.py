@@ -11,13 +11,14 @@ from shelldon.core.arbiter import (
     REPAIR_BUDGET_SPENT,
     REPAIR_BUSY,
     REPAIR_CAPPED,
-    TAP_AGAIN,
+    REPAIR_WAIT,
     Arbiter,
     BeginTurn,
     DropRepair,
     Effect,
     InboxView,
     Pump,
+    Say,
     SettleTap,
     SpendBudget,
     TakeRepair,
@@ -89,13 +90,14 @@ def test_while_a_turn_runs_the_tap_is_answered_tap_again_and_the_offer_stays() -
     a = arbiter()
     a.on_inbox(view(InboundMessage(CHAT, OWNER, "first")))
     effects = a.on_inbox(view(tap()))
-    assert effects == [TakeRow(1), SettleTap(tap(), TAP_AGAIN, keep_keyboard=True)]
+    # A message, not a settled card: the card keeps its buttons for the next tap.
+    assert effects == [TakeRow(1), Say(CHAT, REPAIR_WAIT)]
 
 
 def test_a_spent_budget_keeps_the_card_and_starts_nothing() -> None:
     a = arbiter(daily_turn_budget=3)
     effects = a.on_inbox(view(tap(), spent=3))
-    assert effects == [TakeRow(1), SettleTap(tap(), REPAIR_BUDGET_SPENT, keep_keyboard=True)]
+    assert effects == [TakeRow(1), Say(CHAT, REPAIR_BUDGET_SPENT)]
     assert a.busy is None
 
 
@@ -105,7 +107,7 @@ def test_a_taken_offer_starts_one_budgeted_repair_turn() -> None:
     effects = a.on_repair_taken(tap(), "rturn", offer(round_=0), spent_today=0, now=NOW)
     settle, spend, begin = effects
     assert isinstance(settle, SettleTap) and "Trying to fix echo_len" in settle.outcome
-    assert not settle.keep_keyboard
+    assert settle.final  # the card's last word: its keyboard goes
     assert spend == SpendBudget(budget_day(NOW))
     assert isinstance(begin, BeginTurn)
     assert (begin.turn_id, begin.chat_id, begin.source) == ("rturn", CHAT, "repair")
@@ -146,3 +148,13 @@ def test_no_rounds_means_no_repair() -> None:
     a = arbiter(max_repair_rounds=0)
     a.on_inbox(view(tap()))
     assert of(BeginTurn, a.on_repair_taken(tap(), "r1", offer(round_=0), 0, NOW)) == []
+
+
+def test_an_expired_repair_offer_says_no_fix_was_tried() -> None:
+    from shelldon.core.arbiter import EXPIRED_REPAIR, ExpireCard, expired_cards
+    from shelldon.core.history import Pending
+
+    gone = Pending("repair", "offer-1", CHAT, "echo_len", NOW - 60, NOW)
+    (card,) = expired_cards([gone], NOW)
+    assert isinstance(card, ExpireCard) and card.outcome == EXPIRED_REPAIR
+    assert "offer to fix echo_len" in card.notice and "tried nothing" in card.notice

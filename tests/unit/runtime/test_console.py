@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from shelldon.contracts import Decision, InboundMessage, ToolCall
+from pathlib import Path
+
+import pytest
+
+from shelldon.contracts import Decision, InboundMessage, RequestToolApproval, ToolCall, encode
+from shelldon.core.history import Store
 from shelldon.transport.console import (
     STEP_SLACK_S,
+    AskAgain,
     ConsoleSession,
+    Prompt,
+    ask_again_text,
     format_approval,
     format_gate,
     format_reply,
     format_you,
+    reopen_parked,
     story_step_budget_s,
 )
 
@@ -19,9 +28,37 @@ def test_a_line_answers_the_oldest_prompt_and_only_yes_approves() -> None:
     s.ask("t1", promotion=False)
     s.ask("t2", promotion=True)
     assert s.line_event("y") == Decision(0, 0, "t1", True)
-    assert s.line_event("nope") == Decision(0, 0, "t2", False)
+    assert s.line_event(" NO ") == Decision(0, 0, "t2", False)
     assert s.line_event("hello") == InboundMessage(0, 0, "hello")
     assert s.line_event("   ") is None
+
+
+@pytest.mark.parametrize("line", ["nope", "ok", "sure", "", "  ", "please save the note", "yess"])
+def test_only_y_yes_n_no_decide_anything_else_is_asked_again(line: str) -> None:
+    # Issue 20: a chat message typed at the prompt was taken as a denial and lost.
+    s = ConsoleSession()
+    s.ask("t1", promotion=False, what='write_file(path="x")')
+    again = s.line_event(line)
+    assert isinstance(again, AskAgain) and again.prompt.turn_id == "t1"
+    assert [p.turn_id for p in s.prompts] == ["t1"]  # still open
+    text = ask_again_text(again)
+    assert 'write_file(path="x")' in text and "not sent" in text
+    assert s.line_event("Yes") == Decision(0, 0, "t1", True)
+
+
+def test_a_prompt_decided_elsewhere_or_expired_is_forgotten() -> None:
+    s = ConsoleSession()
+    s.ask("t1", promotion=False)
+    s.ask("t2", promotion=False)
+    assert s.forget("t1") and not s.forget("t1")
+    assert s.line_event("n") == Decision(0, 0, "t2", False)
+
+
+def test_the_end_of_input_leaves_a_reopened_prompt_parked() -> None:
+    s = ConsoleSession()
+    s.reopen(Prompt("t-old", False, "x"))
+    s.ask("t-new", promotion=False)
+    assert s.close_input() == [Decision(0, 0, "t-new", False)]
 
 
 def test_auto_yes_answers_at_once() -> None:
@@ -131,3 +168,22 @@ def test_the_console_shows_an_approval_whole_with_the_same_warnings_as_the_card(
     assert "U+202E RIGHT-TO-LEFT OVERRIDE (line 3001, column 4)" in shown
     url_call = ToolCall("c", "http_get", {"url": "https://g\u043e\u043egle.com/"})
     assert "it is xn--ggle-55da.com" in format_approval(url_call)
+
+
+def test_what_an_earlier_session_left_parked_is_reopened_as_it_was_asked(tmp_path: Path) -> None:
+    call = ToolCall("c1", "run_shell", {"command": "ls\x1b[2J"})
+    with Store(tmp_path / "db") as store:
+        op = RequestToolApproval(call, "the worker's own words", ())
+        store.park_approval("t1", 0, encode(op), "run_shell(...)", now=0, ttl_s=999)
+        store.park_approval("t-junk", 0, b"\xc1junk", "run_shell(?)", now=1, ttl_s=999)
+        store.park_promotion("p1", 0, "shout", "h", "tool shout", now=2, ttl_s=999, code=b"x=1")
+        store.park_approval("t-tg", 1001, encode(op), "run_shell(...)", now=3, ttl_s=999)
+        reopened = reopen_parked(store, now=600)
+    assert [r.prompt.turn_id for r in reopened] == ["t1", "t-junk", "p1"]  # not Telegram's
+    first, junk, promotion = reopened
+    assert first.prompt == Prompt("t1", False, 'run_shell(command="ls\\u001b[2J")')
+    assert "Still waiting for your answer from 10 min ago" in first.shown
+    assert "↳ run_shell" in first.shown and "\x1b" not in first.shown  # shown, never obeyed
+    assert "worker's own words" not in first.shown  # the parent's words, never the worker's
+    assert "run_shell(?)" in junk.shown
+    assert promotion.prompt.promotion and "shout" in promotion.shown and "x=1" in promotion.shown

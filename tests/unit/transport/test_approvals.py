@@ -15,12 +15,14 @@ from hypothesis import strategies as st
 
 from shelldon.contracts import ToolCall
 from shelldon.transport.approvals import (
+    CARD_CHARS,
     MAX_CALLBACK_BYTES,
     CallbackChoice,
     InvalidCallback,
     approval_callback_data,
     approval_keyboard,
     callback_key,
+    decided_card,
     parse_callback_data,
     render_promotion,
     render_risky_approval,
@@ -239,3 +241,25 @@ def test_warnings_too_many_for_the_card_go_in_a_document_of_their_own() -> None:
 def test_two_long_arguments_get_two_documents_with_distinct_names() -> None:
     call = ToolCall("c", "tool", {"a b": "x" * 3000, "a_b": "y" * 3000})
     assert [d.filename for d in render_risky_approval(call).documents] == ["a_b.txt", "a_b-2.txt"]
+
+
+def test_a_decided_card_keeps_its_text_and_adds_the_outcome() -> None:
+    view = render_risky_approval(ToolCall("c1", "run_shell", {"command": "rm -rf <x>"}))
+    text = decided_card(view.text, "✅ Approved — running it <now>.")
+    assert text is not None and text.startswith(view.text)
+    shown = parse_html(text)
+    assert "rm -rf <x>" in shown and shown.endswith("✅ Approved — running it <now>.")
+
+
+@given(st.text(min_size=1, max_size=6000))
+def test_every_card_leaves_room_for_its_outcome(content: str) -> None:
+    view = render_risky_approval(
+        ToolCall("c1", "write_file", {"path": content, "content": content})
+    )
+    assert utf16_len(view.text) <= CARD_CHARS
+    text = decided_card(view.text, "⌛ Expired — nothing ran.")
+    assert text is not None and utf16_len(text) <= MAX_MESSAGE_CHARS
+
+
+def test_an_outcome_too_long_for_the_card_goes_on_its_own() -> None:
+    assert decided_card("x" * CARD_CHARS, "y" * 400) is None

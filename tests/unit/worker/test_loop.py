@@ -332,7 +332,9 @@ def test_first_risky_call_parks_the_turn_and_asks_the_owner(settings: Settings) 
     brain = ScriptedBrain([calls(call("delete", path="old.log"), text="Cleaning up.")])
     result = turn(settings, brain, counters)
     assert counters["delete"] == 0
-    assert result.reply == 'Cleaning up.\n\nI\'d like to run delete(path="old.log") — approve?'
+    # The question is the card's (in the parent's words); the reply keeps only the lead, so
+    # the owner does not read "I'd like to run" twice.
+    assert result.reply == "Cleaning up."
     parked = parked_of(result)
     assert parked.call == call("delete", path="old.log")
     assert parked.summary == 'delete(path="old.log")'
@@ -427,7 +429,7 @@ def test_resumed_loop_that_meets_another_risky_call_parks_again(settings: Settin
     result = resume(settings, brain, parked, counters, approved=True)
     again = parked_of(result)
     assert again.call.id == "r2" and counters["deploy"] == 0
-    assert result.reply.endswith('I\'d like to run deploy(env="prod") — approve?')
+    assert result.reply == "Now deploying."
     final = ScriptedBrain([say("Deployed.")])
     result = resume(settings, final, again, counters, approved=True)
     assert counters["deploy"] == 1 and counters["delete"] == 1
