@@ -28,6 +28,7 @@ from shelldon.core.turnwatch import (
     apology,
     death_kind,
     max_model_calls,
+    oom_baseline,
 )
 from shelldon.worker.channel import FrameError
 from shelldon.worker.spawn import WorkerHandle
@@ -81,6 +82,7 @@ class TurnActor(ContractActor):
         self.handle: WorkerHandle | None = None
         self.exiting: list[Exiting] = []
         self.turnwatch: TurnWatch | None = None
+        self.oom_baseline: int | None = None
         self.chat_id = 0
         self.source = "owner"
         self.started = 0.0
@@ -130,6 +132,7 @@ class TurnActor(ContractActor):
                 self.send(self.peers["supervisor"], Fatal(f"the worker zygote is gone: {exc}", 1))
             return
         self.handle = handle
+        self.oom_baseline = oom_baseline(_cgroup_of(handle))
         lim = settings.limits
         self.turnwatch = TurnWatch(
             turn_id, handle.deadline, max_model_calls(lim.max_tool_executions), lim.kill_grace_s
@@ -174,7 +177,8 @@ class TurnActor(ContractActor):
             # No Result can come any more; whatever still runs there (a tool that shut the
             # channel and went on) is killed now, and its exit awaited like any other.
             log.warning("worker_closed_channel_without_result", turn_id=handle.turn_id)
-            self._end(self._apology(death_kind(_cgroup_of(handle))), kill=True)
+            kind = death_kind(_cgroup_of(handle), self.oom_baseline)
+            self._end(self._apology(kind), kill=True)
 
     def receiveMsg_JobAnswer(self, msg: JobAnswer, sender: ActorAddress) -> None:
         handle = self.handle

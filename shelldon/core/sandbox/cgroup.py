@@ -149,14 +149,15 @@ class TurnCgroup:
                     return
                 time.sleep(0.002)
 
-    def oom_killed(self) -> bool:
-        """Whether the kernel killed anything in it for want of memory (its ``memory.max``)."""
+    def oom_kills(self) -> int | None:
+        """How many of its processes (its descendants' included) the kernel killed for want of
+        memory; None where that cannot be read (no memory controller, the cgroup is gone)."""
         try:
             events = (self.path / "memory.events").read_text().split("\n")
         except OSError:
-            return False
+            return None
         counts = dict(line.split() for line in events if line.count(" ") == 1)
-        return any(int(counts.get(k, "0")) > 0 for k in ("oom_kill", "oom_group_kill"))
+        return int(counts.get("oom_kill", "0"))
 
     def pids(self) -> list[int]:
         """The processes now in the cgroup."""
