@@ -555,7 +555,7 @@ def _sweep_by_table(before: frozenset[int]) -> int:
     if _self_in_proc() != me:
         # /proc numbers another PID namespace's processes: a number read there could name
         # another process here. The PID namespace's end is the sweep (everything in it dies).
-        log.warning("sweep_impossible", error="/proc is not this PID namespace's")
+        log.info("sweep_left_to_the_pid_namespace", why="/proc numbers another namespace")
         return 0
     killed: set[tuple[int, int]] = set()
     for _round in range(SWEEP_ROUNDS):
