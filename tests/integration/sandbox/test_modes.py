@@ -3,6 +3,7 @@ applies nothing, and doctor's lines say which layer is active."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -81,3 +82,21 @@ def test_allowed_paths_never_include_the_home_around_the_workspace(settings: Set
     home = str(settings.home.resolve())
     assert not any(home == p or home.startswith(p.rstrip("/") + "/") for p in ro)
     assert str(settings.workspace.resolve()) in rw
+
+
+def test_doctor_says_what_is_weaker_without_a_pid_namespace_or_a_cgroup(settings: Settings) -> None:
+    # Issue 23: where no cgroup is delegated (a plain `shelldon chat`), doctor says what a turn
+    # then lacks, and whether its stragglers still end with it.
+    lines = {n: (a, d) for n, a, d in sandbox.describe(settings)}
+    assert not settings.sandbox.cgroup and sandbox.cgroup_parent(settings.sandbox) is None
+    active, detail = lines["pid namespace"]
+    assert active == sandbox.pidns_available()
+    cgroup_active, weaker = lines["cgroup per turn"]
+    assert not cgroup_active
+    assert "RLIMIT_AS" in weaker and "TasksMax" in weaker
+    assert "stragglers still end with the turn" in weaker
+    off = dataclasses.replace(settings, sandbox=dataclasses.replace(settings.sandbox, pidns="off"))
+    lines = {n: (a, d) for n, a, d in sandbox.describe(off)}
+    assert lines["pid namespace"][0] is False
+    assert "may signal the service's processes" in lines["pid namespace"][1]
+    assert "setsid daemon may outlive its turn" in lines["cgroup per turn"][1]
