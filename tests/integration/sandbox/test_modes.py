@@ -91,6 +91,8 @@ def test_doctor_says_what_is_weaker_without_a_pid_namespace_or_a_cgroup(settings
     assert not settings.sandbox.cgroup and sandbox.cgroup_parent(settings.sandbox) is None
     active, detail = lines["pid namespace"]
     assert active == sandbox.pidns_available()
+    if active:
+        assert "can signal, renice or prlimit no process outside its turn" in detail
     cgroup_active, weaker = lines["cgroup per turn"]
     assert not cgroup_active
     assert "RLIMIT_AS" in weaker and "TasksMax" in weaker
