@@ -5,7 +5,8 @@ Run: .venv/bin/python tests/bench/bench_sandbox.py
 1. A whole turn in a real forked worker (spawn → one FREE read_file call → final Result), with
    the real build_registry, for each configuration: sandbox off; seccomp alone (fs=none);
    seccomp + Landlock; seccomp + user/mount namespace; Landlock + a cgroup per turn (when a
-   cgroup v2 directory can be made here). The layer's cost is its median minus "off"'s.
+   cgroup v2 directory can be made here); the filesystem layers with and without their PID
+   namespace (sandbox.pidns). The layer's cost is its median minus "off"'s.
 2. The confinement call alone, timed inside the child (confine_worker), per layer.
 3. A gate run (static checks + sandboxed pytest) of a small tool, off vs each layer.
 """
@@ -40,8 +41,10 @@ def quiet() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
 
 
-def variant(settings: Settings, mode: str, fs: str, cgroup: str = "") -> Settings:
-    box = dataclasses.replace(settings.sandbox, mode=mode, fs=fs, cgroup=cgroup)
+def variant(
+    settings: Settings, mode: str, fs: str, cgroup: str = "", pidns: str = "auto"
+) -> Settings:
+    box = dataclasses.replace(settings.sandbox, mode=mode, fs=fs, cgroup=cgroup, pidns=pidns)
     return dataclasses.replace(settings, sandbox=box)
 
 
@@ -122,7 +125,9 @@ def main() -> None:
             ("off", variant(base, "off", "none")),
             ("seccomp only", variant(base, "best-effort", "none")),
             ("seccomp + landlock", variant(base, "best-effort", "landlock")),
+            ("seccomp + landlock, no pidns", variant(base, "best-effort", "landlock", pidns="off")),
             ("seccomp + userns", variant(base, "best-effort", "userns")),
+            ("seccomp + userns, no pidns", variant(base, "best-effort", "userns", pidns="off")),
         ]
         cg: Path | None = None
         if (CGROUP_V2 / "cgroup.procs").exists() and os.access(CGROUP_V2, os.W_OK):
