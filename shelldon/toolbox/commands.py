@@ -181,7 +181,8 @@ def terminal_ask(inp: TextIO, out: TextIO) -> Callable[[ArchivedTool, GateReport
     return ask
 
 
-def _say_result(out: TextIO) -> Callable[[ImportResult], None]:
+def say_result(out: TextIO) -> Callable[[ImportResult], None]:
+    """Tell the owner how importing each tool went, one line each (the gate's findings below)."""
     marks = {
         Outcome.PROMOTED: "added",
         Outcome.UNCHANGED: "kept",
@@ -200,7 +201,9 @@ def _say_result(out: TextIO) -> Callable[[ImportResult], None]:
     return say
 
 
-def _accept_all(out: TextIO) -> Callable[[ArchivedTool, GateReport], bool]:
+def accept_all(out: TextIO) -> Callable[[ArchivedTool, GateReport], bool]:
+    """The owner's ``--yes``: every tool whose gate passed is accepted, and each is named."""
+
     def accept(tool: ArchivedTool, report: GateReport) -> bool:
         out.write(f"{tool.name}: {gate_summary(report).splitlines()[0]}; accepted (--yes)\n")
         return True
@@ -306,7 +309,7 @@ def _import(request: ToolsRequest, selfcode: SelfCode, store: Store, term: Termi
         term.out.write(f"{path} holds no tools; nothing to import\n")
         return 0
     term.out.write(f"{path}: {len(tools)} tool(s): {', '.join(t.name for t in tools)}\n")
-    ask = _accept_all(term.out) if request.yes else terminal_ask(term.inp, term.out)
+    ask = accept_all(term.out) if request.yes else terminal_ask(term.inp, term.out)
     results = import_tools(
         tools,
         selfcode,
@@ -314,7 +317,7 @@ def _import(request: ToolsRequest, selfcode: SelfCode, store: Store, term: Termi
         ask,
         replace=request.replace,
         archive=path.absolute(),
-        on_result=_say_result(term.out),
+        on_result=say_result(term.out),
     )
     failed = [r.name for r in results if r.outcome.failed]
     counts = {o: sum(r.outcome is o for r in results) for o in Outcome}
