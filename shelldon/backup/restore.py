@@ -95,9 +95,14 @@ def database_users(database: Path) -> tuple[int, ...]:
 
 
 def _database_rows(path: Path) -> int:
-    """How many rows of a pet's life the database holds (-1 when it cannot be read)."""
+    """How many rows of a pet's life the database holds (-1 when it cannot be read, or a
+    write-ahead log a crash left may hold more)."""
+    wal = path.with_name(f"{path.name}-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        return -1
     try:
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        # immutable: nobody has it open (checked before), and a read must not leave -shm/-wal.
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?immutable=1", uri=True)
     except sqlite3.Error:
         return -1
     try:
