@@ -78,7 +78,7 @@ def _ask_tool(
 
     def ask(tool: ArchivedTool, report: GateReport) -> bool:
         if tool.name in quarantined:
-            out.write(f"\n({tool.name} was quarantined in the backup; it goes back there)")
+            out.write(f"\n({tool.name} was quarantined in the backup; it goes back there)\n")
         return inner(tool, report)
 
     return ask

@@ -86,7 +86,8 @@ def rewrite(
             data = original
             if name in changes:
                 if changes[name] is None:
-                    index["files"].pop(name, None)
+                    if rehash:
+                        index["files"].pop(name, None)
                     continue
                 data = changes[name] or b""
                 info.size = len(data)
