@@ -214,7 +214,11 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
     settings = _load(args)
     _log_to_home_file(settings, create=False)
-    return run_backup(settings, args.file, args.force, sys.stdout, sys.stderr)
+    try:
+        return run_backup(settings, args.file, args.force, sys.stdout, sys.stderr)
+    except KeyboardInterrupt:
+        print("shelldon backup: interrupted (Ctrl-C); no backup was written", file=sys.stderr)
+        return INTERRUPTED
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
@@ -224,15 +228,19 @@ def cmd_restore(args: argparse.Namespace) -> int:
     settings = _load(args)
     # Nothing is written into a home that is not there before the backup is checked.
     _log_to_home_file(settings, create=False)
-    return run_restore(
-        settings,
-        args.file,
-        force=args.force,
-        yes=args.yes,
-        inp=sys.stdin,
-        out=sys.stdout,
-        err=sys.stderr,
-    )
+    try:
+        return run_restore(
+            settings,
+            args.file,
+            force=args.force,
+            yes=args.yes,
+            inp=sys.stdin,
+            out=sys.stdout,
+            err=sys.stderr,
+        )
+    except KeyboardInterrupt:
+        print("\nshelldon restore: interrupted (Ctrl-C); nothing was restored", file=sys.stderr)
+        return INTERRUPTED
 
 
 EXIT_STATUSES = (
@@ -341,7 +349,7 @@ def _add_backup_parsers(sub: Any, environ: Mapping[str, str]) -> None:
         "backup (safe while the service runs), the live and quarantined tools with their "
         "tests, the workspace and the config. Never the vault: secrets are not in a backup. "
         "FILE may not be inside the home.",
-        (0, 1, 2),
+        (0, 1, 2, INTERRUPTED),
         environ,
     )
     backup.add_argument("file", metavar="FILE", help="the archive to write (tar.gz)")
@@ -357,7 +365,7 @@ def _add_backup_parsers(sub: Any, environ: Mapping[str, str]) -> None:
         "does, the config only if the home has none and you say yes. Refused while the "
         "service (or anything else) has the database open, and over a home that holds a pet "
         "unless --force, which moves that pet aside to <home>/replaced-<time>/.",
-        (0, 1, 2),
+        (0, 1, 2, INTERRUPTED),
         environ,
     )
     restore.add_argument("file", metavar="FILE", help="a backup made by 'shelldon backup'")

@@ -105,11 +105,14 @@ def _write_member(
     return size, digest.hexdigest()
 
 
-def _budget(root: Path, limits: BackupLimits) -> int:
-    """How many bytes the unpacked backup may take: the cap, or what is free on the home's
-    filesystem less a reserve, whichever is smaller."""
+def _budget(root: Path, limits: BackupLimits) -> tuple[int, str]:
+    """How many bytes the unpacked backup may take (the cap, or what is free on the home's
+    filesystem less a reserve, whichever is smaller), and why that many."""
     vfs = os.statvfs(root)
-    return min(limits.max_unpacked_bytes, vfs.f_bavail * vfs.f_frsize - limits.reserve_bytes)
+    free = max(0, vfs.f_bavail * vfs.f_frsize - limits.reserve_bytes)
+    if free < limits.max_unpacked_bytes:
+        return free, f"the {free} bytes free beside {root.parent} (less a reserve)"
+    return limits.max_unpacked_bytes, f"the cap of {limits.max_unpacked_bytes} bytes"
 
 
 def _unpack_members(
@@ -117,7 +120,7 @@ def _unpack_members(
 ) -> tuple[bytes, dict[str, tuple[int, str]]]:
     """Stream the archive into ``root``; returns ``backup.json``'s bytes and every other
     file's (size, sha256) by member name."""
-    budget = _budget(root, limits)
+    budget, why = _budget(root, limits)
     files: dict[str, tuple[int, str]] = {}
     index = b""
     total = count = 0
@@ -156,10 +159,7 @@ def _unpack_members(
                 )
             total += member.size
             if total > budget:
-                raise BackupError(
-                    f"the backup unpacks to more than {budget} bytes, more than the cap or "
-                    f"what is free beside {root.parent}"
-                )
+                raise BackupError(f"the backup unpacks to more than {why}")
             if name in files or (kind == "index" and index):
                 raise BackupError(f"member {name!r:.120} appears twice")
             if kind == "index":
@@ -173,6 +173,8 @@ def _unpack_members(
                 files[name] = _write_member(tar, member, directory / leaf, mode)
             except FileExistsError:
                 raise BackupError(f"member {name!r:.120} appears twice") from None
+            if kind == "workspace":
+                os.utime(directory / leaf, (member.mtime, member.mtime))
     return index, files
 
 

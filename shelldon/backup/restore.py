@@ -179,8 +179,6 @@ def _give_to_home_owner(paths: list[Path], home: Path) -> None:
     if os.geteuid() != 0 or st.st_uid == 0:
         return
     for top in paths:
-        if not os.path.lexists(top):
-            continue
         os.lchown(top, st.st_uid, st.st_gid)
         if top.is_dir() and not top.is_symlink():
             for root, dirs, files in os.walk(top):
@@ -287,6 +285,7 @@ def _move_into_place(
         if present:
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
             aside = Path(tempfile.mkdtemp(prefix=f"replaced-{stamp}-", dir=home))
+            _give_to_home_owner([aside], home)
             for part in present:
                 moves.move(home / part, aside / part)
         for part in _PET_PARTS:

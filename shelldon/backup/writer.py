@@ -216,6 +216,12 @@ def write_backup(
     _check_target(settings, path, overwrite)
     workspace = _walk_workspace(settings.workspace) if settings.workspace.is_dir() else None
     unpacked = sum(size for _name, size in workspace.files) if workspace else 0
+    entries = len(workspace.files) + len(workspace.dirs) if workspace else 0
+    if entries + 5 > limits.max_members:
+        raise BackupError(
+            f"the workspace holds {entries} files and directories; a backup carries at most "
+            f"{limits.max_members - 5}: make room in it first"
+        )
     if unpacked > limits.max_unpacked_bytes:
         raise BackupError(
             f"the workspace holds {unpacked} bytes; a backup carries at most "

@@ -8,11 +8,13 @@ import gzip
 import io
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
 import tarfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -86,6 +88,9 @@ def test_a_round_trip_to_a_fresh_home_keeps_history_facts_schedule_audit_and_too
     assert snapshot(fresh.home / "workspace") == snapshot(pet.workspace)
     assert mode(fresh.workspace / "bin" / "hello.sh") == 0o700
     assert mode(fresh.workspace / "notes.md") == 0o600
+    assert int((fresh.workspace / "notes.md").stat().st_mtime) == int(
+        (pet.workspace / "notes.md").stat().st_mtime
+    )
     assert (fresh.workspace / "empty").is_dir()
     assert (fresh.home / "config.toml").read_text() == (pet.home / "config.toml").read_text()
     assert mode(fresh.home) == 0o700
@@ -341,3 +346,66 @@ def test_help_says_what_backup_and_restore_do(tmp_path: Path) -> None:
     usage = shelldon(tmp_path, "restore")
     assert usage.returncode == 2
     assert "FILE" in usage.stderr
+
+
+def test_backup_leaves_out_a_tool_that_is_not_the_approved_code(tmp_path: Path) -> None:
+    pet = make_pet(tmp_path / "pet")
+    (pet.live_tools / "adder.py").write_text(ADDER.replace("a + 1", "a + 1000"))
+    backup = tmp_path / "pet.tar.gz"
+    made = shelldon(pet.home, "backup", str(backup))
+    assert made.returncode == 0, made.stderr
+    assert "left out, not the code you approved (tampered or broken): adder" in made.stdout
+    with tarfile.open(backup) as tar:
+        inner = tar.extractfile("toolbox.tar.gz")
+        assert inner is not None
+        with tarfile.open(fileobj=io.BytesIO(inner.read())) as tools:
+            assert "tools/adder.py" not in tools.getnames()
+
+
+def test_ctrl_c_at_a_restore_prompt_restores_nothing(tmp_path: Path) -> None:
+    pet = make_pet(tmp_path / "pet")
+    backup = tmp_path / "pet.tar.gz"
+    assert shelldon(pet.home, "backup", str(backup)).returncode == 0
+    home = tmp_path / "new"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHELLDON_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shelldon", "restore", str(backup)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**env, "SHELLDON_HOME": str(home)},
+    )
+    assert proc.stdout is not None
+    seen = b""
+    deadline = time.monotonic() + 60
+    while b"[y/N] " not in seen and time.monotonic() < deadline:
+        chunk = os.read(proc.stdout.fileno(), 4096)
+        if not chunk:
+            break
+        seen += chunk
+    assert b"Add adder to the toolbox? [y/N] " in seen
+    assert any(p.name.startswith(".restore-") for p in home.iterdir())  # mid-way
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert err.decode().endswith("shelldon restore: interrupted (Ctrl-C); nothing was restored\n")
+    assert not home.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give files to another user")
+def test_as_root_the_restored_pet_belongs_to_the_homes_owner(tmp_path: Path) -> None:
+    # `sudo shelldon restore` into /var/lib/shelldon, owned by the service user.
+    pet = make_pet(tmp_path / "pet")
+    backup = tmp_path / "pet.tar.gz"
+    assert shelldon(pet.home, "backup", str(backup)).returncode == 0
+    home = tmp_path / "service-home"
+    home.mkdir(mode=0o700)
+    os.chown(home, 65534, 65534)
+    restored = shelldon(home, "restore", str(backup), "--yes")
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    owners = {
+        (p.stat().st_uid, p.stat().st_gid)
+        for p in [home, *home.rglob("*")]
+        if p.relative_to(home).parts[:1] != ("logs",)
+    }
+    assert owners == {(65534, 65534)}
