@@ -116,6 +116,27 @@ def _walk_workspace(workspace: Path) -> _Workspace:
     return _Workspace(tuple(dirs), tuple(files), tuple(left_out))
 
 
+def _open_beneath(root_fd: int, relative: str) -> int:
+    """Open the file ``relative`` under the directory ``root_fd`` one component at a time,
+    never through a symbolic link: a directory swapped for a link since the walk fails the
+    open instead of reading, as root, what the link points at. (``worker.tools.beneath`` does
+    the same for the tools; importing the worker's tools would cost a Pi seconds here.)"""
+    *dirs, leaf = relative.split("/")
+    fd = root_fd
+    try:
+        for part in dirs:
+            step = os.open(
+                part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+            )
+            if fd != root_fd:
+                os.close(fd)
+            fd = step
+        return os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+    finally:
+        if fd != root_fd:
+            os.close(fd)
+
+
 class _Hashing:
     """Reads exactly ``size`` bytes of ``source`` and hashes them on the way into the tar."""
 
@@ -143,12 +164,17 @@ class _Writer:
         self.tar.addfile(info)
 
     def add_file(self, name: str, path: Path) -> bool:
-        """Add the regular file ``path`` (never through a link); False if it is gone or is no
-        longer a regular file."""
+        """Add the regular file ``path`` (never through a link); False if it is gone or is not
+        a regular file."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             return False
+        return self.add_fd(name, fd, path)
+
+    def add_fd(self, name: str, fd: int, shown: Path | str) -> bool:
+        """Add what the open descriptor ``fd`` reads (and close it); False if it is not a
+        regular file."""
         with os.fdopen(fd, "rb") as source:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -161,7 +187,7 @@ class _Writer:
                 self.tar.addfile(info, reader)
             except OSError:
                 raise BackupError(
-                    f"{path} shrank while it was being backed up; run it again"
+                    f"{shown} shrank while it was being backed up; run it again"
                 ) from None
         self.files[name] = {"size": st.st_size, "sha256": reader.digest.hexdigest()}
         return True
@@ -170,6 +196,30 @@ class _Writer:
         info = tarfile.TarInfo(name)
         info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
         self.tar.addfile(info, io.BytesIO(data))
+
+
+def _add_workspace(writer: _Writer, root: Path, workspace: _Workspace, left_out: list[str]) -> int:
+    """Add the walked workspace under ``workspace/``; how many files went in (one that went
+    away or became something else since the walk is left out and named)."""
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    carried = 0
+    try:
+        writer.add_dir(WORKSPACE_DIR)
+        for name in workspace.dirs:
+            writer.add_dir(f"{WORKSPACE_DIR}/{name}")
+        for name, _size in workspace.files:
+            try:
+                fd = _open_beneath(root_fd, name)
+            except OSError:
+                left_out.append(f"{name}: gone or changed while backing up")
+                continue
+            if writer.add_fd(f"{WORKSPACE_DIR}/{name}", fd, name):
+                carried += 1
+            else:
+                left_out.append(f"{name}: gone or changed while backing up")
+    finally:
+        os.close(root_fd)
+    return carried
 
 
 def _inside(path: Path, home: Path) -> bool:
@@ -214,7 +264,11 @@ def write_backup(
     docstring); ``BackupError`` says why not."""
     limits = limits or BackupLimits()
     _check_target(settings, path, overwrite)
-    workspace = _walk_workspace(settings.workspace) if settings.workspace.is_dir() else None
+    workspace = None
+    if settings.workspace.is_symlink():
+        raise BackupError(f"{settings.workspace} is a symbolic link; a workspace is a directory")
+    if settings.workspace.is_dir():
+        workspace = _walk_workspace(settings.workspace)
     unpacked = sum(size for _name, size in workspace.files) if workspace else 0
     entries = len(workspace.files) + len(workspace.dirs) if workspace else 0
     if entries + 5 > limits.max_members:
@@ -248,14 +302,7 @@ def write_backup(
                 has_config = bool(config and writer.add_file(CONFIG_MEMBER, config))
                 carried = 0
                 if workspace is not None:
-                    writer.add_dir(WORKSPACE_DIR)
-                    for name in workspace.dirs:
-                        writer.add_dir(f"{WORKSPACE_DIR}/{name}")
-                    for name, _size in workspace.files:
-                        if writer.add_file(f"{WORKSPACE_DIR}/{name}", settings.workspace / name):
-                            carried += 1
-                        else:
-                            left_out.append(f"{name}: gone or changed while backing up")
+                    carried = _add_workspace(writer, settings.workspace, workspace, left_out)
                 index = {
                     "format": BACKUP_FORMAT,
                     "shelldon": __version__,

@@ -244,3 +244,31 @@ def test_a_process_holding_the_database_is_found_and_this_one_is_not(tmp_path: P
     while database_users(database) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert database_users(database) == ()
+
+
+def test_a_workspace_file_is_never_read_through_a_link_swapped_in_after_the_walk(
+    tmp_path: Path,
+) -> None:
+    # A backup may run as root while an approved command writes in the workspace.
+    from shelldon.backup.writer import _open_beneath
+
+    workspace = tmp_path / "workspace"
+    (workspace / "sub").mkdir(parents=True)
+    (workspace / "sub" / "notes").write_text("mine")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "notes").write_text("not the workspace's")
+    root = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fd = _open_beneath(root, "sub/notes")
+        assert os.read(fd, 100) == b"mine"
+        os.close(fd)
+        (workspace / "sub").rename(workspace / "old")
+        (workspace / "sub").symlink_to(outside)
+        with pytest.raises(OSError):
+            _open_beneath(root, "sub/notes")
+        (workspace / "old" / "link").symlink_to(outside / "notes")
+        with pytest.raises(OSError):
+            _open_beneath(root, "old/link")
+    finally:
+        os.close(root)
