@@ -8,6 +8,7 @@ the rest is restored and the tool named); 2 for a usage error.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +23,7 @@ from shelldon.core.gate import GateReport
 from shelldon.core.history import StoreError
 from shelldon.toolbox.archive import ArchivedTool
 from shelldon.toolbox.commands import accept_all, printable, say_result, terminal_ask
-from shelldon.toolbox.importer import Outcome
+from shelldon.toolbox.importer import ImportResult, Outcome
 
 
 def run_backup(settings: Settings, file: str, force: bool, out: TextIO, err: TextIO) -> int:
@@ -84,6 +85,22 @@ def _ask_tool(
     return ask
 
 
+def _say_restored(out: TextIO, quarantined: set[str]) -> Callable[[ImportResult], None]:
+    """``tools import``'s line per tool; one that was quarantined is said to be so again."""
+    say = say_result(out)
+
+    def restored(result: ImportResult) -> None:
+        if result.name in quarantined and result.outcome is Outcome.PROMOTED:
+            result = dataclasses.replace(
+                result,
+                message="back in quarantine, as in the backup "
+                f"('shelldon tools restore {result.name}' brings it back)",
+            )
+        say(result)
+
+    return restored
+
+
 def _say_checked(out: TextIO) -> Callable[[Unpacked], None]:
     def say(unpacked: Unpacked) -> None:
         made = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(unpacked.created_at))
@@ -125,7 +142,7 @@ def run_restore(
             _ask_config(inp, out, yes),
             force=force,
             on_checked=checked,
-            on_result=say_result(out),
+            on_result=_say_restored(out, quarantined),
         )
     except (BackupError, StoreError) as exc:
         err.write(f"shelldon restore: {exc}; nothing was restored\n")

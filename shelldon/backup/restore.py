@@ -25,6 +25,7 @@ decide for the owner:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import sqlite3
@@ -209,8 +210,9 @@ def _prepare(
     ask_tool: Ask,
     ask_config: AskConfig,
     on_result: Callable[[ImportResult], None] | None,
-) -> tuple[int, tuple[ImportResult, ...], tuple[str, ...], Distrusted, str, tuple[str, ...]]:
-    """Everything that happens inside the new directory before it moves into place."""
+) -> RestoreReport:
+    """Everything that happens inside the new directory before it moves into place; the
+    report has no ``replaced`` or ``kept_toolbox`` yet."""
     root = unpacked.root
     workspace = make_private_dir(root / WORKSPACE_DIR)
     set_aside = set_aside_restored(workspace)
@@ -267,7 +269,9 @@ def _prepare(
             },
             now,
         )
-    return schema, results, tuple(requarantined), distrusted, config, set_aside
+    return RestoreReport(
+        unpacked, schema, results, tuple(requarantined), distrusted, config, None, set_aside, None
+    )
 
 
 def _move_into_place(
@@ -343,12 +347,14 @@ def restore_backup(
         unpacked = unpack_backup(backup, root, limits)
         if on_checked is not None:
             on_checked(unpacked)
-        schema, results, requarantined, distrusted, config, set_aside = _prepare(
-            settings, backup, unpacked, ask_tool, ask_config, on_result
+        report = _prepare(settings, backup, unpacked, ask_tool, ask_config, on_result)
+        keep_toolbox = any(
+            r.outcome not in (Outcome.PROMOTED, Outcome.UNCHANGED) for r in report.results
         )
-        keep_toolbox = any(r.outcome not in (Outcome.PROMOTED, Outcome.UNCHANGED) for r in results)
         _give_to_home_owner([root / p for p in os.listdir(root)], home)
-        replaced, kept = _move_into_place(settings, root, config, keep_toolbox, bool(had_pet))
+        replaced, kept = _move_into_place(
+            settings, root, report.config, keep_toolbox, bool(had_pet)
+        )
         os.chmod(home, PRIVATE_DIR)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
@@ -357,14 +363,4 @@ def restore_backup(
                 home.rmdir()
         raise
     shutil.rmtree(root, ignore_errors=True)
-    return RestoreReport(
-        unpacked,
-        schema,
-        results,
-        requarantined,
-        distrusted,
-        config,
-        replaced,
-        set_aside,
-        kept,
-    )
+    return dataclasses.replace(report, replaced=replaced, kept_toolbox=kept)

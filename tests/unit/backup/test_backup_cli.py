@@ -59,6 +59,7 @@ def test_a_round_trip_to_a_fresh_home_keeps_history_facts_schedule_audit_and_too
     assert "Add adder to the toolbox? [y/N]" in out
     assert "gate passed: 1 test(s)" in out
     assert "(flaky was quarantined in the backup; it goes back there)" in out
+    assert "added flaky: back in quarantine, as in the backup" in out
     assert "2 of 2 tool(s) (1 back in quarantine)" in out
     assert "not carried over: 1 parked approval(s)" in out
     assert f"put them in {fresh.vault}/" in out
