@@ -3,9 +3,9 @@
 A backup may come from anywhere, so a restore trusts nothing in it that could run code or
 decide for the owner:
 
-- It is refused while any process has the home's database open (the service, a chat, a
-  ``tools`` command): the running service would go on writing to the replaced file and lose
-  everything after the restore. Stop the service first.
+- It is refused while any connection has the home's database open (the service, a chat, a
+  ``tools`` command; ``database_in_use``): the running service would go on writing to the
+  replaced file and lose everything after the restore. Stop the service first.
 - It is refused over a home that holds a pet (conversation, facts, audit, tools, workspace
   files) unless ``force``; then the pet that was there is moved to ``<home>/replaced-*/``,
   never deleted. The vault and an existing ``config.toml`` are never touched.
@@ -45,7 +45,7 @@ from shelldon.backup.layout import (
 )
 from shelldon.backup.reader import Unpacked, unpack_backup
 from shelldon.config import ConfigError, Settings, load_settings
-from shelldon.core.history import Distrusted, Store
+from shelldon.core.history import Distrusted, Store, database_in_use
 from shelldon.core.legacy_toolbox import set_aside_restored
 from shelldon.core.manifest import fsync_dir
 from shelldon.core.selfcode import SelfCode
@@ -76,7 +76,8 @@ class RestoreReport:
 
 def database_users(database: Path) -> tuple[int, ...]:
     """Other processes that have ``database`` (or its WAL files) open, as far as ``/proc``
-    lets this one see: every process as root, this user's own otherwise."""
+    lets this one see, to name them: every process as root; as another user, only its own
+    processes that are dumpable, which the service is not (``database_in_use`` decides)."""
     base = str(database.resolve())
     targets = {base, f"{base}-wal", f"{base}-shm"}
     found: list[int] = []
@@ -323,13 +324,16 @@ def restore_backup(
     """Restore the backup at ``backup`` into ``settings``' home (see the module docstring);
     ``BackupError`` says why it was refused, with the home left as it was."""
     home = settings.home
-    users = database_users(settings.database)
-    if users:
-        pids = ", ".join(str(p) for p in users[:5])
+    if database_in_use(settings.database):
+        users = database_users(settings.database)
+        who = (
+            f"process {', '.join(str(p) for p in users[:5])}"
+            if users
+            else "a process this user cannot see into"
+        )
         raise BackupError(
-            f"the pet's database {settings.database} is in use (process {pids}: the service, a "
-            "chat or a tools command); stop it first (sudo systemctl stop shelldon), then "
-            "restore"
+            f"the pet's database {settings.database} is in use ({who}: the service, a chat or "
+            "a tools command); stop it first (sudo systemctl stop shelldon), then restore"
         )
     had_pet = pet_in_home(settings)
     if had_pet and not force:

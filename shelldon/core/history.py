@@ -716,6 +716,28 @@ class Store:
         ]
 
 
+def database_in_use(path: Path) -> bool:
+    """Whether any connection has the database at ``path`` open, in any process of any user
+    (the service, a chat, a tools command): each open WAL connection holds a shared lock on
+    the file, so an exclusive lock is refused at once. ``/proc`` cannot tell: the service is
+    not dumpable, so even its own user cannot read its descriptors."""
+    if not path.exists():
+        return False
+    try:
+        db = sqlite3.connect(path, timeout=0, isolation_level=None)
+    except sqlite3.Error:
+        return True
+    try:
+        db.execute("PRAGMA locking_mode = EXCLUSIVE")
+        db.execute("BEGIN EXCLUSIVE")
+        db.execute("ROLLBACK")
+    except sqlite3.OperationalError:
+        return True
+    finally:
+        db.close()
+    return False
+
+
 SchemaObject = tuple[str, str, str, str]
 """(type, name, table, SQL with its whitespace collapsed) of one table, index or trigger."""
 

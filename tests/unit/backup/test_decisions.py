@@ -29,6 +29,7 @@ from shelldon.core.history import (
     StoreError,
     _split_sql,
     check_foreign_database,
+    database_in_use,
 )
 from shelldon.core.legacy_toolbox import set_aside_restored
 from shelldon.core.selfcode import SelfCode
@@ -272,3 +273,39 @@ def test_a_workspace_file_is_never_read_through_a_link_swapped_in_after_the_walk
             _open_beneath(root, "old/link")
     finally:
         os.close(root)
+
+
+NOT_DUMPABLE_HOLDER = textwrap.dedent(
+    """
+    import ctypes, sys
+    from shelldon.core.history import Store
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0, as the service is
+    with Store(sys.argv[1]):
+        print("open", flush=True)
+        sys.stdin.readline()
+    """
+)
+
+
+def test_a_database_held_open_anywhere_is_in_use_even_when_proc_cannot_tell(
+    tmp_path: Path,
+) -> None:
+    database = tmp_path / "shelldon.db"
+    assert not database_in_use(database)  # none there: and none is made
+    assert not database.exists()
+    with Store(database):
+        pass
+    assert not database_in_use(database)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", NOT_DUMPABLE_HOLDER, str(database)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "open\n"
+        assert database_in_use(database)
+    finally:
+        holder.communicate("\n", timeout=30)
+    assert not database_in_use(database)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shelldon.db"]  # no -wal, no -shm
