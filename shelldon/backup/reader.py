@@ -12,6 +12,7 @@ directory.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
@@ -174,7 +175,9 @@ def _unpack_members(
             except FileExistsError:
                 raise BackupError(f"member {name!r:.120} appears twice") from None
             if kind == "workspace":
-                os.utime(directory / leaf, (member.mtime, member.mtime))
+                # A forged time (NaN, past the year 9999) only loses the file its mtime.
+                with contextlib.suppress(OSError, OverflowError, ValueError):
+                    os.utime(directory / leaf, (member.mtime, member.mtime))
     return index, files
 
 
@@ -258,8 +261,8 @@ def unpack_backup(path: Path, root: Path, limits: BackupLimits | None = None) ->
     version = data.get("shelldon")
     return Unpacked(
         root,
-        float(created) if isinstance(created, int | float) else 0.0,
-        version if isinstance(version, str) else "?",
+        float(created) if isinstance(created, int | float) and 0 <= created < 2**33 else 0.0,
+        version[:40] if isinstance(version, str) else "?",
         schema,
         tools,
         quarantined,

@@ -74,13 +74,14 @@ def rewrite(
     *,
     extra: list[tuple[tarfile.TarInfo, bytes]] = (),  # type: ignore[assignment]
     rehash: bool = True,
+    index: dict[str, object] | None = None,
 ) -> Path:
     """Copy the backup ``source`` to ``target`` with members replaced (bytes) or dropped
     (None) and ``extra`` headers added before the index; ``rehash`` rewrites backup.json's
     sizes and hashes to match, as a forger would."""
     changes = changes or {}
     old = members(source)
-    index = json.loads(old.pop("backup.json")[1])
+    index = json.loads(old.pop("backup.json")[1]) | (index or {})
     with tarfile.open(target, "w:gz", format=tarfile.PAX_FORMAT) as tar:
         for name, (info, original) in old.items():
             data = original

@@ -245,6 +245,23 @@ def test_a_pax_header_bomb_is_refused_before_it_is_read(tmp_path: Path) -> None:
     assert not (tmp_path / "home").exists()
 
 
+def test_forged_times_and_versions_cannot_break_the_restore(backup: Path, tmp_path: Path) -> None:
+    info, data = regular("workspace/from-the-future", b"x")
+    info.mtime = 10**15
+    forged = rewrite(
+        backup,
+        tmp_path / "x.tar.gz",
+        extra=[(info, data)],
+        index={"created_at": float("nan"), "shelldon": "\x1b[2J" + "9" * 500},
+    )
+    home = tmp_path / "new"
+    result = shelldon(home, "restore", str(forged), "--yes")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "checked: a backup made 1970-01-01 00:00 UTC by shelldon \\x1b[2J999" in result.stdout
+    assert "\x1b" not in result.stdout
+    assert (home / "workspace" / "from-the-future").read_bytes() == b"x"
+
+
 def test_tool_approvals_in_the_backups_database_make_nothing_live(
     backup: Path, tmp_path: Path
 ) -> None:
