@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import os
 import shutil
 import sqlite3
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -310,6 +311,28 @@ def _move_into_place(
     return aside, kept
 
 
+@contextlib.contextmanager
+def _only_restore(home: Path) -> Iterator[Path]:
+    """Hold the home for one restore and give it a new directory inside, removed whatever
+    happens: a second restore at the same time is refused, and what a killed one left behind
+    (``.restore-*``) is removed first."""
+    fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BackupError(f"another restore into {home} is running; wait for it") from None
+        for leftover in home.glob(".restore-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+        root = Path(tempfile.mkdtemp(prefix=".restore-", dir=home))
+        try:
+            yield root
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    finally:
+        os.close(fd)
+
+
 def restore_backup(
     settings: Settings,
     backup: Path,
@@ -324,6 +347,8 @@ def restore_backup(
     """Restore the backup at ``backup`` into ``settings``' home (see the module docstring);
     ``BackupError`` says why it was refused, with the home left as it was."""
     home = settings.home
+    if not backup.is_file():
+        raise BackupError(f"{backup} is not a file (a backup made by 'shelldon backup')")
     if database_in_use(settings.database):
         users = database_users(settings.database)
         who = (
@@ -342,29 +367,25 @@ def restore_backup(
             "(SHELLDON_HOME), or pass --force to move this one aside to "
             f"{home}/replaced-<time>/ first"
         )
-    if not backup.is_file():
-        raise BackupError(f"{backup} is not a file")
     created_home = not home.exists()
     make_private_dir(home)
-    root = Path(tempfile.mkdtemp(prefix=".restore-", dir=home))
     try:
-        unpacked = unpack_backup(backup, root, limits)
-        if on_checked is not None:
-            on_checked(unpacked)
-        report = _prepare(settings, backup, unpacked, ask_tool, ask_config, on_result)
-        keep_toolbox = any(
-            r.outcome not in (Outcome.PROMOTED, Outcome.UNCHANGED) for r in report.results
-        )
-        _give_to_home_owner([root / p for p in os.listdir(root)], home)
-        replaced, kept = _move_into_place(
-            settings, root, report.config, keep_toolbox, bool(had_pet)
-        )
-        os.chmod(home, PRIVATE_DIR)
+        with _only_restore(home) as root:
+            unpacked = unpack_backup(backup, root, limits)
+            if on_checked is not None:
+                on_checked(unpacked)
+            report = _prepare(settings, backup, unpacked, ask_tool, ask_config, on_result)
+            keep_toolbox = any(
+                r.outcome not in (Outcome.PROMOTED, Outcome.UNCHANGED) for r in report.results
+            )
+            _give_to_home_owner([root / p for p in os.listdir(root)], home)
+            replaced, kept = _move_into_place(
+                settings, root, report.config, keep_toolbox, bool(had_pet)
+            )
+            os.chmod(home, PRIVATE_DIR)
     except BaseException:
-        shutil.rmtree(root, ignore_errors=True)
         if created_home:
             with contextlib.suppress(OSError):
                 home.rmdir()
         raise
-    shutil.rmtree(root, ignore_errors=True)
     return dataclasses.replace(report, replaced=replaced, kept_toolbox=kept)

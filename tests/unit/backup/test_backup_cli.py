@@ -410,3 +410,33 @@ def test_as_root_the_restored_pet_belongs_to_the_homes_owner(tmp_path: Path) -> 
         if p.relative_to(home).parts[:1] != ("logs",)
     }
     assert owners == {(65534, 65534)}
+
+
+def test_a_second_restore_at_the_same_time_is_refused(tmp_path: Path) -> None:
+    import fcntl
+
+    pet = make_pet(tmp_path / "pet")
+    backup = tmp_path / "pet.tar.gz"
+    assert shelldon(pet.home, "backup", str(backup)).returncode == 0
+    home = tmp_path / "new"
+    home.mkdir()
+    fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # what a restore running now holds
+        refused = shelldon(home, "restore", str(backup), "--yes")
+    finally:
+        os.close(fd)
+    assert refused.returncode == 1
+    assert f"another restore into {home} is running; wait for it" in refused.stderr
+    assert [p.name for p in home.iterdir() if p.name != "logs"] == []
+
+
+def test_what_a_killed_restore_left_behind_is_swept_by_the_next(tmp_path: Path) -> None:
+    pet = make_pet(tmp_path / "pet")
+    backup = tmp_path / "pet.tar.gz"
+    assert shelldon(pet.home, "backup", str(backup)).returncode == 0
+    home = tmp_path / "new"
+    (home / ".restore-killed" / "workspace").mkdir(parents=True)
+    restored = shelldon(home, "restore", str(backup), "--yes")
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    assert [p.name for p in home.iterdir() if p.name.startswith(".")] == []
