@@ -9,6 +9,7 @@ the rest is restored and the tool named); 2 for a usage error.
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -146,6 +147,9 @@ def run_restore(
         )
     except (BackupError, StoreError) as exc:
         err.write(f"shelldon restore: {exc}; nothing was restored\n")
+        return 1
+    except sqlite3.Error as exc:  # the backup's database, checked, still refused a write
+        err.write(f"shelldon restore: the backup's database: {exc}; nothing was restored\n")
         return 1
     except OSError as exc:
         where = f" ({exc.filename})" if exc.filename else ""

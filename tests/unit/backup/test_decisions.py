@@ -309,3 +309,13 @@ def test_a_database_held_open_anywhere_is_in_use_even_when_proc_cannot_tell(
         holder.communicate("\n", timeout=30)
     assert not database_in_use(database)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shelldon.db"]  # no -wal, no -shm
+
+
+def test_after_a_restore_no_promotion_in_the_audit_log_vouches_for_a_workspace_file(
+    store: Store,
+) -> None:
+    store.audit("owner", "promoted", "adder", {}, 1.0, code_hash="h1")
+    assert store.promoted_hashes() == {"adder": "h1"}
+    store.audit("owner", "restored", "pet.tar.gz", {}, 2.0)
+    store.audit("owner", "promoted", "doubler", {}, 3.0, code_hash="h2")
+    assert store.promoted_hashes() == {}

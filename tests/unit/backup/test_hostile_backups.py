@@ -332,3 +332,12 @@ def test_an_old_toolbox_in_the_workspace_is_set_aside_not_carried_over(
     assert "evil" not in listed.stdout
     assert not (home / "toolbox" / "live" / "evil.py").exists()
     assert (home / "workspace" / "tools-unapproved" / "tools" / "evil.py").read_text() == evil
+    # Later, a prompt-injected model gets the owner to approve writing it there again: the
+    # forged promotion in the restored audit log still vouches for nothing.
+    (home / "workspace" / "tools").mkdir()
+    (home / "workspace" / "tools" / "evil.py").write_text(evil)
+    listed = shelldon(home, "tools", "list")
+    assert "evil" not in listed.stdout
+    assert not (home / "toolbox" / "live" / "evil.py").exists()
+    with Store(home / "shelldon.db") as store:
+        assert "evil" not in {t.name for t in store.approved_tools()}
