@@ -1,4 +1,4 @@
-"""The ``shelldon`` command: run, chat, demo, tools, doctor, --version."""
+"""The ``shelldon`` command: run, chat, demo, tools, backup, restore, doctor, --version."""
 
 from __future__ import annotations
 
@@ -177,16 +177,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_tools(args: argparse.Namespace) -> int:
     """List, show, restore, remove, export or import self-coded tools (``shelldon.toolbox``)."""
-    from shelldon.logs import configure_logging
     from shelldon.toolbox import ToolsRequest, run_tools
 
     settings = _load(args)
     # Keep the terminal for the answers and the [y/N] prompts; events go to the log file.
-    log_dir = make_private_dir(make_private_dir(settings.home) / "logs")
-    fd = os.open(log_dir / "shelldon.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    # Left open: the loggers hold it until this short-lived process exits.
-    log_file = open(fd, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
-    configure_logging(actor="cli", home=settings.home, stream=log_file)
+    _log_to_home_file(settings)
     request = ToolsRequest(
         action=args.tools_command or "list",
         name=getattr(args, "name", ""),
@@ -196,6 +191,56 @@ def cmd_tools(args: argparse.Namespace) -> int:
         force=getattr(args, "force", False),
     )
     return run_tools(settings, request, sys.stdin, sys.stdout, sys.stderr)
+
+
+def _log_to_home_file(settings: Settings, *, create: bool = True) -> None:
+    """Send this short-lived command's events to the home's log file, keeping the terminal for
+    answers and prompts; without ``create``, a home that is not there yet gets no log."""
+    from shelldon.logs import configure_logging
+
+    if not create and not settings.home.is_dir():
+        configure_logging(actor="cli", stream=open(os.devnull, "w"))  # noqa: SIM115
+        return
+    log_dir = make_private_dir(make_private_dir(settings.home) / "logs")
+    fd = os.open(log_dir / "shelldon.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    # Left open: the loggers hold it until this short-lived process exits.
+    log_file = open(fd, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+    configure_logging(actor="cli", home=settings.home, stream=log_file)
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    """Write the whole pet to one archive (see ``shelldon.backup``)."""
+    from shelldon.backup import run_backup
+
+    settings = _load(args)
+    _log_to_home_file(settings, create=False)
+    try:
+        return run_backup(settings, args.file, args.force, sys.stdout, sys.stderr)
+    except KeyboardInterrupt:
+        print("shelldon backup: interrupted (Ctrl-C); no backup was written", file=sys.stderr)
+        return INTERRUPTED
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    """Check a backup whole and restore it into the home (see ``shelldon.backup``)."""
+    from shelldon.backup import run_restore
+
+    settings = _load(args)
+    # Nothing is written into a home that is not there before the backup is checked.
+    _log_to_home_file(settings, create=False)
+    try:
+        return run_restore(
+            settings,
+            args.file,
+            force=args.force,
+            yes=args.yes,
+            inp=sys.stdin,
+            out=sys.stdout,
+            err=sys.stderr,
+        )
+    except KeyboardInterrupt:
+        print("\nshelldon restore: interrupted (Ctrl-C); nothing was restored", file=sys.stderr)
+        return INTERRUPTED
 
 
 EXIT_STATUSES = (
@@ -298,6 +343,44 @@ def _add_tools_parser(sub: Any, environ: Mapping[str, str]) -> None:
     tools.set_defaults(func=cmd_tools)
 
 
+def _add_backup_parsers(sub: Any, environ: Mapping[str, str]) -> None:
+    backup = _command(
+        sub,
+        "backup",
+        "write the whole pet to one archive",
+        "Write the whole pet to FILE (tar.gz, 0600): the database through sqlite's online "
+        "backup (safe while the service runs), the live and quarantined tools with their "
+        "tests, the workspace and the config. Never the vault: secrets are not in a backup. "
+        "FILE may not be inside the home.",
+        (0, 1, 2, INTERRUPTED),
+        environ,
+    )
+    backup.add_argument("file", metavar="FILE", help="the archive to write (tar.gz)")
+    backup.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    backup.set_defaults(func=cmd_backup)
+    restore = _command(
+        sub,
+        "restore",
+        "check a backup whole and restore it into the home",
+        "Check the backup in FILE whole (names, sizes, hashes, the database's schema) before "
+        "writing anything, then restore it into the home: the database (migrated), the "
+        "workspace, each tool gated again by real pytest and asked for as 'tools import' "
+        "does, the config only if the home has none and you say yes. Refused while the "
+        "service (or anything else) has the database open, and over a home that holds a pet "
+        "unless --force, which moves that pet aside to <home>/replaced-<time>/.",
+        (0, 1, 2, INTERRUPTED),
+        environ,
+    )
+    restore.add_argument("file", metavar="FILE", help="a backup made by 'shelldon backup'")
+    restore.add_argument(
+        "--force", action="store_true", help="restore over a pet, moving it aside first"
+    )
+    restore.add_argument(
+        "--yes", action="store_true", help="add every tool whose gate passes; use the config"
+    )
+    restore.set_defaults(func=cmd_restore)
+
+
 def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     """The argument parser (kept separate so tests can inspect it); each command's --help
     names the home and config it would use under ``environ``."""
@@ -366,6 +449,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     demo.add_argument("--home", help="home for the demo (default: a fresh temporary one)")
     demo.set_defaults(func=cmd_demo)
     _add_tools_parser(sub, env)
+    _add_backup_parsers(sub, env)
     return parser
 
 

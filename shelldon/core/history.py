@@ -251,6 +251,17 @@ class AuditEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class Distrusted:
+    """What a restore took out of a database it did not write: tool approvals (each tool is
+    gated and asked for again), parked approvals and promotions, and unanswered inbox events."""
+
+    approved_tools: int = 0
+    approvals: int = 0
+    promotions: int = 0
+    inbox: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class InboxItem:
     """An event durably handed off by a transport, not yet taken by the arbiter."""
 
@@ -290,6 +301,40 @@ class Store:
         except StoreError:
             self._db.close()
             raise
+
+    def backup_to(self, path: Path) -> None:
+        """Copy the whole database into the new file ``path`` (created 0600) with sqlite's online
+        backup: one consistent snapshot while other processes keep writing (WAL readers do not
+        block writers), left as a self-contained file with a rollback journal."""
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        target = sqlite3.connect(path)
+        try:
+            # pages=-1: every page in one step, under one read transaction, so one snapshot.
+            self._db.backup(target, pages=-1)
+            target.execute("PRAGMA journal_mode = DELETE")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot back up database {self.path}: {exc}") from None
+        finally:
+            target.close()
+
+    def distrust_for_restore(self, now: float) -> Distrusted:
+        """Take out what a restored database cannot be trusted with (see ``Distrusted``): only
+        the owner's decisions on this device may make a tool live or resume a parked call."""
+        with self._write(durable=True) as db:
+            tools = db.execute("DELETE FROM approved_tools").rowcount
+            approvals = db.execute("DELETE FROM pending_approvals").rowcount
+            promotions = db.execute("DELETE FROM pending_promotions").rowcount
+            # Parked decisions too: an untaken repair offer (its code and the gate's text came
+            # with the backup) and the cards of calls that no longer wait (their message ids
+            # name messages of another chat history).
+            db.execute("DELETE FROM repair_offers WHERE taken_at IS NULL")
+            db.execute("DELETE FROM cards")
+            inbox = db.execute(
+                "UPDATE inbox SET taken_at = COALESCE(taken_at, ?), done_at = ? "
+                "WHERE done_at IS NULL",
+                (now, now),
+            ).rowcount
+        return Distrusted(tools, approvals, promotions, inbox)
 
     def close(self) -> None:
         """Close the connection."""
@@ -905,10 +950,13 @@ class Store:
 
     def promoted_hashes(self) -> dict[str, str]:
         """From the audit log: the code hash of each tool's latest promotion by the owner (what
-        a toolbox kept in the workspace, before approvals were recorded, was approved as)."""
+        a toolbox kept in the workspace, before approvals were recorded, was approved as).
+        None once the database was restored from a backup: its promotions came in the backup,
+        which may come from anywhere, and no version since writes that old toolbox."""
         rows = self._db.execute(
             "SELECT subject, code_hash FROM audit WHERE action = 'promoted' "
-            "AND actor = 'owner' AND code_hash != '' ORDER BY id"
+            "AND actor = 'owner' AND code_hash != '' AND NOT EXISTS (SELECT 1 FROM audit "
+            "WHERE action = 'restored' AND actor = 'owner') ORDER BY id"
         ).fetchall()
         return {r[0]: r[1] for r in rows}
 
@@ -951,6 +999,92 @@ class Store:
         return [
             AuditEntry(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5], r[6]) for r in reversed(rows)
         ]
+
+
+def database_in_use(path: Path) -> bool:
+    """Whether any connection has the database at ``path`` open, in any process of any user
+    (the service, a chat, a tools command): each open WAL connection holds a shared lock on
+    the file, so an exclusive lock is refused at once. ``/proc`` cannot tell: the service is
+    not dumpable, so even its own user cannot read its descriptors."""
+    if not path.exists():
+        return False
+    try:
+        db = sqlite3.connect(path, timeout=0, isolation_level=None)
+    except sqlite3.Error:
+        return True
+    try:
+        db.execute("PRAGMA locking_mode = EXCLUSIVE")
+        db.execute("BEGIN EXCLUSIVE")
+        db.execute("ROLLBACK")
+    except sqlite3.OperationalError:
+        return True
+    finally:
+        db.close()
+    return False
+
+
+SchemaObject = tuple[str, str, str, str]
+"""(type, name, table, SQL with its whitespace collapsed) of one table, index or trigger."""
+
+
+def schema_objects(db: sqlite3.Connection) -> frozenset[SchemaObject]:
+    """Every object in ``db``'s schema; sqlite's automatic indexes (which have no SQL) aside."""
+    rows = db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+    return frozenset(
+        (str(kind), str(name), str(table), " ".join(str(sql or "").split()))
+        for kind, name, table, sql in rows
+        if not (kind == "index" and sql is None and str(name).startswith("sqlite_autoindex_"))
+    )
+
+
+def expected_schema(version: int) -> frozenset[SchemaObject]:
+    """The schema this code's migrations make at ``version``."""
+    db = sqlite3.connect(":memory:")
+    try:
+        for migration in _MIGRATIONS[:version]:
+            for statement in _split_sql(migration):
+                db.execute(statement)
+        return schema_objects(db)
+    finally:
+        db.close()
+
+
+def check_foreign_database(path: Path) -> int:
+    """Check a database file this code did not write (one from a backup) before a ``Store``
+    opens it: sound, of a schema version this code knows, and holding exactly the tables,
+    indexes and triggers our migrations make for that version — a planted trigger or view
+    would run inside later writes (rewrite a parked call after its card was shown). Returns
+    its schema version; ``StoreError`` says what is wrong."""
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open database {path.name}: {exc}") from None
+    try:
+        db.execute("PRAGMA trusted_schema = OFF")
+        verdict = db.execute("PRAGMA quick_check").fetchone()[0]
+        if verdict != "ok":
+            raise StoreError(f"database {path.name} is damaged: {str(verdict)[:200]}")
+        version = int(db.execute("PRAGMA user_version").fetchone()[0])
+        if not 1 <= version <= SCHEMA_VERSION:
+            raise StoreError(
+                f"database {path.name} has schema v{version}; this shelldon knows v1 to "
+                f"v{SCHEMA_VERSION}" + ("; upgrade shelldon" if version > SCHEMA_VERSION else "")
+            )
+        found, wanted = schema_objects(db), expected_schema(version)
+    except sqlite3.Error as exc:
+        raise StoreError(f"database {path.name} cannot be read: {exc}") from None
+    finally:
+        db.close()
+    if found != wanted:
+        extra = sorted(f"{kind} {name}" for kind, name, _t, _s in found - wanted)
+        missing = sorted(f"{kind} {name}" for kind, name, _t, _s in wanted - found)
+        parts = [f"not shelldon's or altered: {', '.join(extra[:5])}"] if extra else []
+        parts += [f"missing: {', '.join(missing[:5])}"] if missing else []
+        raise StoreError(
+            f"database {path.name} is not the schema shelldon makes (v{version}); "
+            + "; ".join(parts)
+        )
+    return version
 
 
 def _split_sql(script: str) -> list[str]:

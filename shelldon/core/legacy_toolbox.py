@@ -173,6 +173,22 @@ def _set_aside(workspace: Path, old_dirs: tuple[Path, ...]) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
+def set_aside_restored(workspace: Path) -> tuple[str, ...]:
+    """Move an old toolbox found in a restored workspace to ``tools-unapproved/`` whole,
+    carrying nothing over: the audit log that would vouch for its tools came in the same
+    backup, so it vouches for nothing. Returns the names of the directories moved."""
+    moved: list[str] = []
+    for old in legacy_dirs(workspace):
+        aside = workspace / UNAPPROVED_DIR
+        aside.mkdir(mode=0o700, exist_ok=True)
+        target = aside / old.name
+        if os.path.lexists(target):
+            target = aside / f"{old.name}-{int(time.time())}"
+        os.replace(old, target)
+        moved.append(old.name)
+    return tuple(moved)
+
+
 def prepare_toolbox(settings: Settings) -> LegacyReport:
     """At service start, before the zygote: the toolbox exists, an old one in the workspace is
     moved into it, and the manifest is rewritten from the store (``SelfCode.reconcile``)."""

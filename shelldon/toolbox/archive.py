@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from shelldon.core.manifest import (
+    ManifestEntry,
     ToolFileError,
     build_manifest,
     code_hash,
@@ -97,45 +98,42 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def export_toolbox(selfcode: SelfCode, path: Path, *, overwrite: bool = False) -> ExportReport:
+def export_toolbox(
+    selfcode: SelfCode, path: Path, *, overwrite: bool = False, quarantined: bool = False
+) -> ExportReport:
     """Write every live tool (with its kept test) to the archive ``path``, atomically: only
-    approved tools whose file holds exactly the approved bytes."""
+    approved tools whose file holds exactly the approved bytes; with ``quarantined`` (a backup)
+    the quarantined ones too, under the same rule."""
     if path.exists() and not overwrite:
         raise ArchiveError(f"{path} already exists; choose another file or pass --force")
     if path.is_dir():
         raise ArchiveError(f"{path} is a directory; give a file name like toolbox.tar.gz")
-    approved = {name: selfcode.approved_hash(name) for name in selfcode.live()}
-    manifest = build_manifest(selfcode.live_dir, approved)
+    sources = [(selfcode.live_dir, selfcode.live())]
+    if quarantined:
+        sources.append((selfcode.quarantine_dir, selfcode.quarantined()))
     now = time.time()
     entries: list[dict[str, Any]] = []
     files: list[tuple[str, bytes]] = []
     without_test: list[str] = []
-    for entry in manifest.entries:
-        try:
-            code = read_tool_bytes(selfcode.live_dir / entry.file)
-        except ToolFileError as exc:
-            raise ArchiveError(f"tool {entry.name} changed while exporting: {exc}") from None
-        if code_hash(code) != entry.code_hash:
-            raise ArchiveError(f"tool {entry.name} changed while exporting; run the export again")
-        kept = selfcode.kept_test(entry.name)
-        test = b""
-        if kept is not None:
-            with contextlib.suppress(ToolFileError):
-                test = read_tool_bytes(kept)
-        files.append((f"tools/{entry.name}.py", code))
-        if test:
-            files.append((f"tests/test_{entry.name}.py", test))
-        else:
-            without_test.append(entry.name)
-        entries.append(
-            {
-                "name": entry.name,
-                "description": entry.description,
-                "params_schema": entry.params_schema,
-                "code_hash": entry.code_hash,
-                "has_test": bool(test),
-            }
-        )
+    exported: list[str] = []
+    broken: list[str] = []
+    tampered: list[str] = []
+    for directory, names in sources:
+        manifest = build_manifest(directory, {n: selfcode.approved_hash(n) for n in names})
+        exported += [e.name for e in manifest.entries]
+        broken += [b.name for b in manifest.broken]
+        tampered += [b.name for b in manifest.tampered]
+        for entry in manifest.entries:
+            files += _tool_files(selfcode, directory, entry, without_test)
+            entries.append(
+                {
+                    "name": entry.name,
+                    "description": entry.description,
+                    "params_schema": entry.params_schema,
+                    "code_hash": entry.code_hash,
+                    "has_test": entry.name not in without_test,
+                }
+            )
     payload = json.dumps({"format": ARCHIVE_FORMAT, "tools": entries}, indent=1).encode()
     target_dir = path.parent if str(path.parent) else Path(".")
     try:
@@ -156,13 +154,31 @@ def export_toolbox(selfcode: SelfCode, path: Path, *, overwrite: bool = False) -
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    return ExportReport(
-        path,
-        tuple(e.name for e in manifest.entries),
-        tuple(without_test),
-        tuple(b.name for b in manifest.broken),
-        tuple(b.name for b in manifest.tampered),
-    )
+    return ExportReport(path, tuple(exported), tuple(without_test), tuple(broken), tuple(tampered))
+
+
+def _tool_files(
+    selfcode: SelfCode, directory: Path, entry: ManifestEntry, without_test: list[str]
+) -> list[tuple[str, bytes]]:
+    """The archive members of one approved tool: its code (checked against its approval once
+    more) and its kept test, if any (else its name goes to ``without_test``)."""
+    try:
+        code = read_tool_bytes(directory / entry.file)
+    except ToolFileError as exc:
+        raise ArchiveError(f"tool {entry.name} changed while exporting: {exc}") from None
+    if code_hash(code) != entry.code_hash:
+        raise ArchiveError(f"tool {entry.name} changed while exporting; run the export again")
+    kept = selfcode.kept_test(entry.name)
+    test = b""
+    if kept is not None:
+        with contextlib.suppress(ToolFileError):
+            test = read_tool_bytes(kept)
+    files = [(f"tools/{entry.name}.py", code)]
+    if test:
+        files.append((f"tests/test_{entry.name}.py", test))
+    else:
+        without_test.append(entry.name)
+    return files
 
 
 # ------------------------------------------------------------------ import
@@ -192,8 +208,10 @@ def _decompress(path: Path, limits: ArchiveLimits) -> bytes:
     return raw
 
 
-def _member_name(member: tarfile.TarInfo) -> str:
-    """The member's name checked for escapes; raises ``ArchiveError`` naming the member."""
+def checked_member_name(member: tarfile.TarInfo) -> str:
+    """The member's name checked for escapes (absolute, ``..``, backslash or NUL, a link, a
+    device or other special file) and normalised; raises ``ArchiveError`` naming the member.
+    Every archive shelldon reads goes through here (toolbox imports and backups)."""
     raw = member.name
     shown = repr(raw[:120])
     if raw.startswith(("/", "\\")) or (len(raw) > 1 and raw[1] == ":"):
@@ -222,7 +240,7 @@ def _members(raw: bytes, limits: ArchiveLimits) -> dict[str, bytes]:
                         f"the archive has more than {limits.max_members} members "
                         f"(at most {limits.max_tools} tools); refused"
                     )
-                name = _member_name(member)
+                name = checked_member_name(member)
                 if member.isdir():
                     if name not in ("", "tools", "tests"):
                         raise ArchiveError(f"unexpected directory {name!r:.120} in the archive")

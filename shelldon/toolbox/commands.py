@@ -202,7 +202,8 @@ def terminal_ask(
     return ask
 
 
-def _say_result(out: TextIO) -> Callable[[ImportResult], None]:
+def say_result(out: TextIO) -> Callable[[ImportResult], None]:
+    """Tell the owner how importing each tool went, one line each (the gate's findings below)."""
     marks = {
         Outcome.PROMOTED: "added",
         Outcome.UNCHANGED: "kept",
@@ -221,9 +222,14 @@ def _say_result(out: TextIO) -> Callable[[ImportResult], None]:
     return say
 
 
-def _accept_all(out: TextIO, selfcode: SelfCode) -> Callable[[ArchivedTool, GateReport], bool]:
+def accept_all(
+    out: TextIO, selfcode: SelfCode | None = None
+) -> Callable[[ArchivedTool, GateReport], bool]:
+    """The owner's ``--yes``: every tool whose gate passed is accepted, and each is named (a
+    replacement of a live tool with what it changes)."""
+
     def accept(tool: ArchivedTool, report: GateReport) -> bool:
-        change = replacement_text(selfcode, tool)
+        change = replacement_text(selfcode, tool) if selfcode is not None else ""
         if change:
             out.write(f"{tool.name}: {change}\n")
         out.write(f"{tool.name}: {gate_summary(report).splitlines()[0]}; accepted (--yes)\n")
@@ -344,7 +350,7 @@ def _import(request: ToolsRequest, selfcode: SelfCode, store: Store, term: Termi
         return 0
     term.out.write(f"{path}: {len(tools)} tool(s): {', '.join(t.name for t in tools)}\n")
     if request.yes:
-        ask = _accept_all(term.out, selfcode)
+        ask = accept_all(term.out, selfcode)
     else:
         ask = terminal_ask(term.inp, term.out, selfcode)
     results = import_tools(
@@ -354,7 +360,7 @@ def _import(request: ToolsRequest, selfcode: SelfCode, store: Store, term: Termi
         ask,
         replace=request.replace,
         archive=path.absolute(),
-        on_result=_say_result(term.out),
+        on_result=say_result(term.out),
     )
     failed = [r.name for r in results if r.outcome.failed]
     counts = {o: sum(r.outcome is o for r in results) for o in Outcome}

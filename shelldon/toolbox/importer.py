@@ -75,18 +75,26 @@ class _Importer:
     """Imports tools one by one into one workspace, auditing into one store."""
 
     def __init__(
-        self, selfcode: SelfCode, store: Store, ask: Ask, *, replace: bool, archive: Path
+        self,
+        selfcode: SelfCode,
+        store: Store,
+        ask: Ask,
+        *,
+        replace: bool,
+        archive: Path,
+        via: str = "import",
     ) -> None:
         self.selfcode, self.store, self.ask = selfcode, store, ask
         self.replace = replace
         self.archive = str(archive)
+        self.via = via
 
     def audit(self, actor: str, action: str, tool: ArchivedTool, **detail: object) -> None:
         self.store.audit(
             actor,
             action,
             tool.name,
-            {"via": "import", "archive": self.archive, **detail},
+            {"via": self.via, "archive": self.archive, **detail},
             time.time(),
             code_hash=tool.code_hash,
         )
@@ -166,10 +174,11 @@ def import_tools(
     replace: bool = False,
     archive: Path = Path("-"),
     on_result: Callable[[ImportResult], None] | None = None,
+    via: str = "import",
 ) -> tuple[ImportResult, ...]:
     """Stage, gate, ask and promote (or discard) each tool in turn; ``on_result`` hears each
-    outcome as soon as it is known."""
-    importer = _Importer(selfcode, store, ask, replace=replace, archive=archive)
+    outcome as soon as it is known; ``via`` says in the audit log what brought them in."""
+    importer = _Importer(selfcode, store, ask, replace=replace, archive=archive, via=via)
     results: list[ImportResult] = []
     for tool in tools:
         result = importer.import_one(tool)

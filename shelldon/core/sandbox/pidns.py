@@ -8,8 +8,9 @@ syscall answers ESRCH, and ``pidfd_send_signal`` refuses a pidfd (``/proc/<pid>`
 outside. When the namespace's first process ends, the kernel SIGKILLs every process left in it:
 ``setsid`` daemons, double forks, ``nohup`` — the sweep that needs no delegated cgroup.
 
-An unprivileged process gets one together with a user namespace that maps only its own ids:
-``unshare(CLONE_NEWUSER | CLONE_NEWPID)`` puts its *next* child in the new namespace, as pid 1.
+An unprivileged process gets one together with a user namespace that maps only its own ids
+(root needs none): ``unshare(CLONE_NEWUSER | CLONE_NEWPID)`` puts its *next* child in the new
+namespace, as pid 1.
 So ``enter_pid_namespace`` forks once. The child goes on as the confined process; the caller
 stays outside as a stub that holds nothing (every descriptor closed, every signal blocked),
 waits for it and leaves the way it left (the same exit code, or the same signal), so whoever
@@ -29,7 +30,7 @@ from typing import NoReturn
 
 from shelldon.core.sandbox.dumpable import set_dumpable
 from shelldon.core.sandbox.libc import _prctl
-from shelldon.core.sandbox.userns import enter_user_namespace
+from shelldon.core.sandbox.userns import _unshare, enter_user_namespace
 
 _CLONE_NEWPID = 0x20000000
 _PR_SET_PDEATHSIG = 1
@@ -40,7 +41,7 @@ def enter_pid_namespace(*, orphan_exit: int) -> None:
     called this never returns from it. If the stub is already gone when the new process looks,
     it ``_exit``s with ``orphan_exit``. Raises ``OSError`` when the namespaces or the fork
     cannot be made (the caller is then still in the old PID namespace)."""
-    enter_user_namespace(_CLONE_NEWPID, "unshare(user+pid)")
+    _unshare_pid()
     try:
         watch = os.pidfd_open(os.getpid())
     except OSError:
@@ -62,6 +63,15 @@ def enter_pid_namespace(*, orphan_exit: int) -> None:
         os.close(watch)
         if gone:
             os._exit(orphan_exit)
+
+
+def _unshare_pid() -> None:
+    # Root (a `sudo shelldon restore` that gates tools) may make the PID namespace alone: a
+    # user namespace would map only root, and the files the service user owns would be out of
+    # its reach. Everyone else needs the user namespace to be allowed one.
+    if os.geteuid() == 0 and _unshare(_CLONE_NEWPID) == 0:
+        return
+    enter_user_namespace(_CLONE_NEWPID, "unshare(user+pid)")
 
 
 def _stub(inner: int) -> NoReturn:

@@ -28,6 +28,8 @@ COMMANDS = (
     ["tools", "restore", "x"],
     ["tools", "export", "out.tar.gz"],
     ["tools", "import", "in.tar.gz"],
+    ["backup", "out.tar.gz"],
+    ["restore", "in.tar.gz"],
 )
 
 

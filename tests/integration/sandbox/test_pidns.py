@@ -139,3 +139,36 @@ def test_inside_no_pid_of_the_forker_names_anything() -> None:
     os.close(w)
     assert os.read(r, 64) == b"ESRCH"
     os.close(r)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user first")
+def test_an_unprivileged_process_gets_one_through_a_user_namespace() -> None:
+    # The service's case (it runs as its own user): root makes the PID namespace alone, any
+    # other user together with a user namespace mapping only its own ids.
+    r, w = os.pipe()
+    outside = os.getpid()
+    outer_userns = os.readlink("/proc/self/ns/user")
+
+    def child() -> None:
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+        enter_pid_namespace(orphan_exit=9)
+        try:
+            os.kill(outside, 0)
+            reached = "allowed"
+        except OSError as exc:
+            reached = str(exc.errno)
+        mine = os.readlink("/proc/self/ns/user") != outer_userns
+        os.write(w, f"{os.getpid()} {os.getuid()} {reached} {mine}".encode())
+
+    with Child.fork(child) as proc:
+        assert proc.reap(block=True) == 0
+    os.close(w)
+    said = os.read(r, 100).decode()
+    os.close(r)
+    if not sandbox.userns_available():
+        pytest.skip("no unprivileged user namespaces here")
+    import errno
+
+    assert said == f"1 65534 {errno.ESRCH} True", said
