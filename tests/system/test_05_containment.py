@@ -37,6 +37,7 @@ from tests.system.rig import (
 )
 
 REPEAT = 5
+STRIKES = 3  # [limits] strike_threshold's default: a tool that fails three times is quarantined
 
 HOG = """\
 DESCRIPTION = "Hold a block of memory of the given size (MB) and say how big it was."
@@ -258,6 +259,10 @@ def test_a_runaway_tool_costs_one_turn_never_the_service(pet: Pet, name: str) ->
         assert now["NRestarts"] == before["NRestarts"], (before, now)
         pet.brain.reset()
         pet.turn(f"still with me after round {n}?", f"Still here after {name} round {n}.")
+        if ends == "memory" and n + 1 == STRIKES:
+            # Each kill was its strike: now it is quarantined, and the owner brings it back.
+            mark = pet.bot.say(f"/restore {name}")
+            pet.bot.wait_text(f"Restored {name}", since=mark)
     figures = {
         f"{where}/{knob}": read_mb(CGROUP / where / knob)
         for where in ("service", "turns", ".")
