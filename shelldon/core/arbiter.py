@@ -90,6 +90,7 @@ APPROVED = "✅ Approved — running it now."
 DENIED = "❌ Denied — I won't run it."
 QUEUED_APPROVED = "✅ Approved — I'll run it as soon as I finish what I'm doing."
 QUEUED_DENIED = "❌ Denied — it won't run; I'll carry on once I finish what I'm doing."
+QUEUED_REPAIR = "🔧 I'll try to fix it as soon as I finish what I'm doing."
 UNREADABLE = "⚠ That approval could not be read back, so nothing ran. Ask me again."
 LOST = "⚠ Another turn started before your tap was applied, so nothing ran. Ask me again."
 BUDGET_SPENT = (
@@ -100,7 +101,6 @@ REPAIR_BUDGET_SPENT = (
     "Today's budget for turns I start myself is spent, so I can't try to fix it now; "
     "tap again tomorrow (/budget shows it)."
 )
-REPAIR_WAIT = "I'm in the middle of something: tap 🔧 Try to fix again once I've answered."
 REPAIR_BUSY = "I was busy with another turn, so I did not start the fix; ask me to fix it."
 REPAIR_CAPPED = "That tool had its repair rounds already, so I won't try again."
 TICK_S = 30.0
@@ -574,31 +574,41 @@ class Arbiter:
         if decision.turn_id in view.promotions:
             return [TakeRow(item_id), RoutePromotion(decision)]
         if decision.turn_id in view.repairs:
+            if decision.approved and self.busy is not None:
+                return self._queue(item_id, decision, view, QUEUED_REPAIR)
+            self.queued.pop(item_id, None)
             return [TakeRow(item_id), *self._repair_tapped(decision, view)]
         if decision.turn_id in view.approvals and self.busy != decision.turn_id:
             if self.busy is None:
                 _, tapped_at = self.queued.pop(item_id, ("", 0.0))
                 self.busy, self.busy_chat = decision.turn_id, decision.chat_id
                 return [TakeRow(item_id), TakeParked(decision, tapped_at)]
-            if item_id in self.queued:
-                return []
-            told = decision.turn_id in self._queued_turns()
-            self.queued[item_id] = (decision.turn_id, view.now)
-            if told:
-                return []  # a second tap on one card: the first stands, this one waits too
-            log.info("tap_queued", turn_id=decision.turn_id, busy=self.busy)
             queued = QUEUED_APPROVED if decision.approved else QUEUED_DENIED
-            return [SettleTap(decision, queued, final=False)]
+            return self._queue(item_id, decision, view, queued)
         self.queued.pop(item_id, None)
         log.info("decision_for_nothing", turn_id=decision.turn_id)
         return [TakeRow(item_id), SettleTap(decision, GONE)]
 
+    def _queue(
+        self, item_id: int, decision: Decision, view: InboxView, outcome: str
+    ) -> list[Effect]:
+        """Keep a tap that needs the slot while another turn holds it: its inbox row stays
+        untaken (durable; read again when the slot frees) and its card says it is accepted."""
+        if item_id in self.queued:
+            return []
+        told = decision.turn_id in self._queued_turns()
+        self.queued[item_id] = (decision.turn_id, view.now)
+        if told:
+            return []  # a second tap on one card: the first stands, this one waits too
+        log.info("tap_queued", turn_id=decision.turn_id, busy=self.busy)
+        return [SettleTap(decision, outcome, final=False)]
+
     def _repair_tapped(self, decision: Decision, view: InboxView) -> list[Effect]:
         if not decision.approved:
             return [DropRepair(decision)]
-        # The card keeps its buttons in both cases: the owner may tap again, or drop it.
-        if self.busy is not None:
-            return [Say(decision.chat_id, REPAIR_WAIT)]
+        if self.busy is not None:  # never for a tap taken from the inbox: it was queued
+            return [Say(decision.chat_id, REPAIR_BUSY)]
+        # The card keeps its buttons: the owner may tap again tomorrow, or drop it.
         if view.spent_today >= self.limits.daily_turn_budget:
             log.warning("repair_refused_budget", offer=decision.turn_id)
             return [Say(decision.chat_id, REPAIR_BUDGET_SPENT)]

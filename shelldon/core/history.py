@@ -624,8 +624,8 @@ class Store:
         return bytes(row[0]) if row else b""
 
     def expire_pending(self, now: float, keep: Collection[str] = ()) -> list[Pending]:
-        """Remove and return parked rows whose TTL has passed, except the approvals in
-        ``keep`` (the owner's decision on them is already queued)."""
+        """Remove and return parked rows whose TTL has passed, except the approvals and repair
+        offers in ``keep`` (the owner's decision on them is already queued)."""
         kept = json.dumps(sorted(keep))
         with self._write(durable=True) as db:
             approvals = db.execute(
@@ -642,8 +642,9 @@ class Store:
             # A taken offer stays: it records which turn repaired what, in which round.
             repairs = db.execute(
                 "DELETE FROM repair_offers WHERE expires_at <= ? AND taken_at IS NULL "
+                "AND offer_id NOT IN (SELECT value FROM json_each(?)) "
                 "RETURNING offer_id, chat_id, summary, created_at, expires_at",
-                (now,),
+                (now, kept),
             ).fetchall()
         return (
             [Pending("approval", *r) for r in approvals]

@@ -8,10 +8,10 @@ from shelldon.config import LimitsSettings
 from shelldon.contracts import Decision, InboundMessage, encode
 from shelldon.core.arbiter import (
     EXPIRED,
+    QUEUED_REPAIR,
     REPAIR_BUDGET_SPENT,
     REPAIR_BUSY,
     REPAIR_CAPPED,
-    REPAIR_WAIT,
     Arbiter,
     BeginTurn,
     DropRepair,
@@ -86,12 +86,16 @@ def test_a_strangers_tap_on_an_offer_decides_nothing() -> None:
     assert a.busy is None
 
 
-def test_while_a_turn_runs_the_tap_is_answered_tap_again_and_the_offer_stays() -> None:
+def test_while_a_turn_runs_the_tap_is_queued_and_starts_the_fix_when_the_slot_frees() -> None:
     a = arbiter()
     a.on_inbox(view(InboundMessage(CHAT, OWNER, "first")))
     effects = a.on_inbox(view(tap()))
-    # A message, not a settled card: the card keeps its buttons for the next tap.
-    assert effects == [TakeRow(1), Say(CHAT, REPAIR_WAIT)]
+    # Accepted: its row stays in the inbox (no TakeRow), the card says it will happen.
+    assert effects == [SettleTap(tap(), QUEUED_REPAIR, final=False)]
+    assert a.on_inbox(view(tap())) == []  # looked at again while still busy: nothing new
+    a.busy = None  # the running turn ended
+    (take_row, take) = a.on_inbox(view(tap()))
+    assert take_row == TakeRow(1) and isinstance(take, TakeRepair)
 
 
 def test_a_spent_budget_keeps_the_card_and_starts_nothing() -> None:
