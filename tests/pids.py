@@ -31,32 +31,36 @@ def in_own_pid_namespace(pid: int) -> bool:
     return os.readlink(f"/proc/{pid}/ns/pid") != os.readlink("/proc/self/ns/pid")
 
 
-def made_pid_namespace(pid: int, timeout: float = 3.0) -> bool:
+def made_pid_namespace(pid: int) -> bool:
     """Whether ``pid`` is a stub that gave its child a PID namespace of its own. (Between the
     ``unshare`` and the fork the new namespace has no process yet and its link reads ENOENT.)"""
-    until = time.monotonic() + timeout
-    while True:
-        try:
-            mine = os.readlink(f"/proc/{pid}/ns/pid")
-            return os.readlink(f"/proc/{pid}/ns/pid_for_children") != mine
-        except FileNotFoundError:
-            if not os.path.exists(f"/proc/{pid}") or time.monotonic() > until:
-                raise
-            time.sleep(0.002)
+    try:
+        mine = os.readlink(f"/proc/{pid}/ns/pid")
+        return os.readlink(f"/proc/{pid}/ns/pid_for_children") != mine
+    except FileNotFoundError:
+        if not os.path.exists(f"/proc/{pid}"):
+            raise
+        return True
 
 
-def inner(pid: int, timeout: float = 3.0) -> int:
+def inner(pid: int, timeout: float = 3.0, *, pidns: bool | None = None) -> int:
     """The process that does the work of the child ``pid`` a parent started: ``pid`` itself,
-    or where ``pid`` made a PID namespace (it is the stub), its one child inside it."""
-    if not made_pid_namespace(pid, timeout):
+    or where it makes a PID namespace (``pidns``; default: wherever this machine allows one,
+    as a default sandbox plan does) its one child inside, once it is there."""
+    if pidns is None:
+        from shelldon.core import sandbox
+
+        pidns = sandbox.pidns_available()
+    if not pidns:
         return pid
     until = time.monotonic() + timeout
     while True:
-        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        if kids:
-            return int(kids[0])
+        if made_pid_namespace(pid):
+            kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            if kids:
+                return int(kids[0])
         if time.monotonic() > until:
-            raise TimeoutError(f"{pid} made a PID namespace but has no child in it")
+            raise TimeoutError(f"{pid} made no PID namespace with a child in it")
         time.sleep(0.002)
 
 
