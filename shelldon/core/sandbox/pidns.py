@@ -30,7 +30,7 @@ from typing import NoReturn
 
 from shelldon.core.sandbox.dumpable import set_dumpable
 from shelldon.core.sandbox.libc import _prctl
-from shelldon.core.sandbox.userns import _unshare, enter_user_namespace
+from shelldon.core.sandbox.userns import _unshare, enter_user_namespace, probe_in_fork
 
 _CLONE_NEWPID = 0x20000000
 _PR_SET_PDEATHSIG = 1
@@ -109,15 +109,9 @@ def _stub(inner: int) -> NoReturn:
 def pidns_available() -> bool:
     """Can this process give a child a PID namespace of its own? Probed once, in a fork that
     does exactly what a worker does (a unit's ``RestrictNamespaces=`` may forbid it)."""
-    try:
-        pid = os.fork()
-    except OSError:
-        return False
-    if pid == 0:  # pragma: no cover - the probe child
-        code = 1
-        with contextlib.suppress(BaseException):
-            enter_pid_namespace(orphan_exit=1)
-            code = 0 if os.getpid() == 1 else 1
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) == 0
+
+    def attempt() -> bool:
+        enter_pid_namespace(orphan_exit=1)
+        return os.getpid() == 1  # only the new pid 1 gets here; its stub mirrors its exit
+
+    return probe_in_fork(attempt)

@@ -9,7 +9,7 @@ import functools
 import os
 import stat
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from shelldon.core.sandbox.dumpable import dumpable, set_dumpable
 from shelldon.core.sandbox.libc import _LIBC, _check, _syscall
@@ -46,6 +46,13 @@ _unshare.argtypes = (ctypes.c_int,)
 def userns_available() -> bool:
     """Can this process build the whole user + mount namespace layer? Probed once, in a fork
     that does exactly what a worker would, so a worker never finds it half-possible."""
+    return probe_in_fork(
+        lambda: _userns_restrict((sys.prefix, *_READ_ONLY_ROOTS), (), network=False)
+    )
+
+
+def probe_in_fork(attempt: Callable[[], object]) -> bool:
+    """Whether ``attempt`` works, tried in a forked child (whatever it changes dies there)."""
     try:
         pid = os.fork()
     except OSError:
@@ -53,8 +60,7 @@ def userns_available() -> bool:
     if pid == 0:  # pragma: no cover - the probe child
         code = 1
         with contextlib.suppress(BaseException):
-            _userns_restrict((sys.prefix, *_READ_ONLY_ROOTS), (), network=False)
-            code = 0
+            code = 0 if attempt() is not False else 1
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status) == 0

@@ -18,7 +18,7 @@ import pytest
 from shelldon.core import sandbox
 from shelldon.core.child import Child
 from shelldon.core.sandbox.pidns import enter_pid_namespace
-from tests.pids import inner
+from tests.pids import inner, running
 
 pytestmark = pytest.mark.skipif(
     not sandbox.pidns_available(), reason="no PID namespaces for unprivileged processes here"
@@ -97,15 +97,7 @@ def test_killing_the_stub_ends_everything_inside_setsid_and_all() -> None:
         time.sleep(30)
 
     def sleepers() -> list[int]:
-        wanted = f"sleep\0{marker}\0".encode()
-        found = []
-        for name in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                if Path(f"/proc/{name}/cmdline").read_bytes() == wanted:
-                    found.append(int(name))
-            except OSError:
-                continue
-        return found
+        return running("sleep", marker)
 
     with in_namespace(body) as proc:
         until = time.monotonic() + 5
