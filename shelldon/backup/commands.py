@@ -23,7 +23,13 @@ from shelldon.config import Settings
 from shelldon.core.gate import GateReport
 from shelldon.core.history import StoreError
 from shelldon.toolbox.archive import ArchivedTool
-from shelldon.toolbox.commands import accept_all, printable, say_result, terminal_ask
+from shelldon.toolbox.commands import (
+    accept_all,
+    printable,
+    read_yes,
+    say_result,
+    terminal_ask,
+)
 from shelldon.toolbox.importer import ImportResult, Outcome
 
 
@@ -64,11 +70,7 @@ def _ask_config(inp: TextIO, out: TextIO, yes: bool) -> Callable[[str], bool]:
             out.write("Using it as config.toml (--yes)\n")
             return True
         out.write(f"Use it as config.toml (no: it is kept as {RESTORED_CONFIG} to read)? [y/N] ")
-        out.flush()
-        answer = inp.readline()
-        if not answer or not inp.isatty():
-            out.write(answer if answer.endswith("\n") else answer + "\n")
-        return answer.strip().lower() in ("y", "yes")
+        return read_yes(inp, out)
 
     return ask
 

@@ -192,14 +192,19 @@ def terminal_ask(
             f"{body}{question} {tool.name} {'with this version' if change else 'to the toolbox'}"
             "? [y/N] "
         )
-        out.flush()
-        answer = inp.readline()
-        if not answer or not inp.isatty():
-            # The terminal echoed the owner's line; piped input did not.
-            out.write(answer if answer.endswith("\n") else answer + "\n")
-        return answer.strip().lower() in ("y", "yes")
+        return read_yes(inp, out)
 
     return ask
+
+
+def read_yes(inp: TextIO, out: TextIO) -> bool:
+    """The owner's answer to a ``[y/N]`` just written to ``out``: yes only for y or yes (end
+    of input is no); a line the terminal did not echo (piped input) is shown."""
+    out.flush()
+    answer = inp.readline()
+    if not answer or not inp.isatty():
+        out.write(answer if answer.endswith("\n") else answer + "\n")
+    return answer.strip().lower() in ("y", "yes")
 
 
 def say_result(out: TextIO) -> Callable[[ImportResult], None]:
