@@ -37,6 +37,7 @@ from shelldon.worker.zygote import Zygote
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.bench.bench_fork import first_frame
+from tests.pids import inner
 
 
 def wait_idle_spare(zygote: Zygote) -> None:
@@ -44,7 +45,8 @@ def wait_idle_spare(zygote: Zygote) -> None:
     pid = zygote.spare_pid()
     until = time.monotonic() + 5
     while pid is not None and time.monotonic() < until:
-        if "poll" in Path(f"/proc/{pid}/wchan").read_text():
+        # In a PID namespace of its own the spare is the stub's child (the stub waits in wait4).
+        if "poll" in Path(f"/proc/{inner(pid)}/wchan").read_text():
             return
         time.sleep(0.001)
 
