@@ -25,6 +25,7 @@ from shelldon.core.history import StoreError
 from shelldon.toolbox.archive import ArchivedTool
 from shelldon.toolbox.commands import (
     accept_all,
+    os_error_text,
     printable,
     read_yes,
     say_result,
@@ -41,8 +42,7 @@ def run_backup(settings: Settings, file: str, force: bool, out: TextIO, err: Tex
         err.write(f"shelldon backup: {exc}\n")
         return 1
     except OSError as exc:
-        where = f" ({exc.filename})" if exc.filename else ""
-        err.write(f"shelldon backup: {exc.strerror or exc}{where}\n")
+        err.write(f"shelldon backup: {os_error_text(exc)}\n")
         return 1
     tools = ", ".join(report.tools) or "none"
     out.write(
@@ -154,8 +154,7 @@ def run_restore(
         err.write(f"shelldon restore: the backup's database: {exc}; nothing was restored\n")
         return 1
     except OSError as exc:
-        where = f" ({exc.filename})" if exc.filename else ""
-        err.write(f"shelldon restore: {exc.strerror or exc}{where}; nothing was restored\n")
+        err.write(f"shelldon restore: {os_error_text(exc)}; nothing was restored\n")
         return 1
     failed = [r.name for r in report.results if r.outcome.failed]
     added = [r.name for r in report.results if r.outcome is Outcome.PROMOTED]

@@ -157,14 +157,8 @@ def new_conversation(store: Store, chat_id: int, now: float) -> str:
 
 
 def _span(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    if seconds < 172800:
-        return f"{seconds // 3600}h"
-    return f"{seconds // 86400}d"
+    """``_age``, in days past two of them (a turn may be scheduled weeks ahead)."""
+    return f"{int(seconds) // 86400}d" if seconds >= 172800 else _age(seconds)
 
 
 def _utc(ts: float) -> str:

@@ -197,6 +197,12 @@ def terminal_ask(
     return ask
 
 
+def os_error_text(exc: OSError) -> str:
+    """What went wrong with which file, for one line on the terminal (no traceback)."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
+
+
 def read_yes(inp: TextIO, out: TextIO) -> bool:
     """The owner's answer to a ``[y/N]`` just written to ``out``: yes only for y or yes (end
     of input is no); a line the terminal did not echo (piped input) is shown."""
@@ -286,8 +292,7 @@ def run_tools(
         err.write(f"shelldon tools: {exc}\n")
         return 1
     except OSError as exc:
-        where = f" ({exc.filename})" if exc.filename else ""
-        err.write(f"shelldon tools: {exc.strerror or exc}{where}\n")
+        err.write(f"shelldon tools: {os_error_text(exc)}\n")
         return 1
 
 

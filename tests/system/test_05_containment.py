@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.pids import running
 from tests.system.rig import (
     CGROUP,
     TURN_S,
@@ -151,16 +152,7 @@ def unique_seconds() -> str:
 
 def sleepers(seconds: str) -> list[int]:
     """Live processes running ``sleep <seconds>``."""
-    wanted = f"sleep\0{seconds}\0".encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if Path(f"/proc/{name}/cmdline").read_bytes() == wanted:
-                    found.append(int(name))
-            except OSError:
-                continue
-    return found
+    return running("sleep", seconds)
 
 
 def zygote_of(main: int) -> int:

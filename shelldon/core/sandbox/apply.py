@@ -66,6 +66,17 @@ def _userns() -> str:
         return ""
 
 
+def _join_cgroup(c: Confinement) -> None:
+    """Move the calling process into ``c``'s cgroup, once."""
+    if c.cgroup is None or "cgroup" in _applied:
+        return
+    try:
+        c.cgroup.join()
+        _applied.add("cgroup")
+    except OSError as exc:
+        _fail(c.plan, "cgroup", exc)
+
+
 def isolate_pids(c: Confinement, *, orphan_exit: int) -> None:
     """Put the calling child (a worker, a gate's pytest before its exec) in its cgroup, then in
     a PID namespace of its own where the plan has one (``pidns.py``): from here on it cannot
@@ -74,12 +85,7 @@ def isolate_pids(c: Confinement, *, orphan_exit: int) -> None:
     p = c.plan
     if p.mode == "off":
         return
-    if c.cgroup is not None and "cgroup" not in _applied:
-        try:
-            c.cgroup.join()
-            _applied.add("cgroup")
-        except OSError as exc:
-            _fail(p, "cgroup", exc)
+    _join_cgroup(c)
     if not p.pidns or "pidns" in _applied:
         return
     try:
@@ -112,12 +118,8 @@ def confine_worker(c: Confinement, *, network: bool, join_cgroup: bool = False) 
     p = c.plan
     if p.mode == "off":
         return
-    if join_cgroup and c.cgroup is not None and "cgroup" not in _applied:
-        try:
-            c.cgroup.join()
-            _applied.add("cgroup")
-        except OSError as exc:
-            _fail(p, "cgroup", exc)
+    if join_cgroup:
+        _join_cgroup(c)
     if network:
         # The namespace calls stay allowed only when the user-namespace layer still needs them.
         _apply_seccomp(p, network=True, namespaces=p.fs != "userns")
