@@ -11,8 +11,8 @@ from thespian.actors import ActorAddress
 from actors.messages import TOOL_REFUSED, ApprovalTaken, AskOwner, ParkApproval, Reply, TakeApproval
 from actors.wired import WiredActor
 from shelldon.contracts import ContractError, RequestToolApproval, decode, encode
-from shelldon.core.replies import approval_question
-from shelldon.core.risky import describe_call, park_refusal, refused_park_text
+from shelldon.rules.replies import approval_question
+from shelldon.rules.risky import describe_call, park_refusal, refused_park_text
 
 log = structlog.get_logger(__name__)
 

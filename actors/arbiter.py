@@ -1,4 +1,4 @@
-"""ArbiterActor: the shell around ``shelldon.core.arbiter.Arbiter``. It turns its messages into
+"""ArbiterActor: the shell around ``shelldon.rules.arbiter.Arbiter``. It turns its messages into
 the arbiter's events (reading the inbox when asked to) and carries out the effects it gets
 back: messages to the other actors, rows taken or written in sqlite."""
 
@@ -42,10 +42,10 @@ from shelldon.contracts import (
     Schedule,
     TurnRequest,
 )
-from shelldon.core import arbiter as rules
-from shelldon.core.history import Store
-from shelldon.core.owner_commands import answer_command
-from shelldon.core.selfcode import SelfCode
+from shelldon.rules import arbiter as rules
+from shelldon.rules.owner_commands import answer_command
+from shelldon.store import Store
+from shelldon.toolbox.toolbox import Toolbox
 from shelldon.worker.prompt import recent_history
 
 log = structlog.get_logger(__name__)
@@ -83,14 +83,14 @@ class ArbiterActor(ContractActor):
         self.settings: Settings | None = None
         self.peers: dict[str, Any] = {}
         self.store: Store | None = None
-        self.selfcode: SelfCode | None = None
+        self.selfcode: Toolbox | None = None
         self.arbiter: rules.Arbiter | None = None
 
     def receiveMsg_Wire(self, msg: Wire, sender: ActorAddress) -> None:
         self.settings, self.peers = msg.settings, msg.peers
         if self.store is None:
             self.store = Store(msg.settings.database)
-        self.selfcode = SelfCode.from_settings(msg.settings, self.store)
+        self.selfcode = Toolbox.from_settings(msg.settings, self.store)
         owners = rules.owners_of(
             msg.settings.telegram.allowed_users, console=msg.transport == "console"
         )

@@ -14,7 +14,7 @@ from actors.base import ContractActor
 from actors.bridge import AsyncBridge
 from actors.messages import JobAnswer, Wire
 from shelldon.contracts import Job, JobFailed, Usage
-from shelldon.core.history import Store
+from shelldon.store import Store
 
 log = structlog.get_logger(__name__)
 

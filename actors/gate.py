@@ -21,12 +21,12 @@ from actors.messages import (
     Wire,
 )
 from actors.wired import WiredActor
-from shelldon.core.gate import GateReport, GateRun
-from shelldon.core.history import RepairOffer
-from shelldon.core.manifest import read_declaration
-from shelldon.core.repair import capped_report, offers_repair
-from shelldon.core.selfcode import LiveSource, SelfCode, SelfCodeError, Staged
-from shelldon.core.tooldiff import replacement_diff, replaces_line
+from shelldon.rules.repair import capped_report, offers_repair
+from shelldon.store import RepairOffer
+from shelldon.toolbox.diff import replacement_diff, replaces_line
+from shelldon.toolbox.gate import GateReport, GateRun
+from shelldon.toolbox.manifest import read_declaration
+from shelldon.toolbox.toolbox import LiveSource, Staged, Toolbox, ToolboxError
 
 log = structlog.get_logger(__name__)
 
@@ -60,13 +60,13 @@ class GateRunnerActor(WiredActor):
 
     def __init__(self) -> None:
         super().__init__()
-        self.selfcode: SelfCode | None = None
+        self.selfcode: Toolbox | None = None
         self.queue: collections.deque[GateTool] = collections.deque()
         self.running: tuple[GateTool, GateRun, Staged, LiveSource | None] | None = None
 
     def wired(self, msg: Wire, *, first: bool) -> None:
         assert self.store is not None
-        self.selfcode = SelfCode.from_settings(msg.settings, self.store)
+        self.selfcode = Toolbox.from_settings(msg.settings, self.store)
         if first:
             # A gate cut short by a crash left its staging directory; parked promotions keep
             # their bytes in the store, so none is needed.
@@ -86,7 +86,7 @@ class GateRunnerActor(WiredActor):
                 # until the owner approves the new bytes.
                 base = self.selfcode.replacement_base(p.name, p.replaces)
                 staged = self.selfcode.stage(p.name, p.code, p.test, replace=base is not None)
-            except SelfCodeError as exc:
+            except ToolboxError as exc:
                 text = f"I tried to write a tool called {p.name!r}, but: {exc}"
                 self._tell(job.chat_id, text, kind=TOOL_REFUSED)
                 continue
@@ -245,7 +245,7 @@ class GateRunnerActor(WiredActor):
                     replaces_hash=taken.replaces_hash,
                     turn_id=decision.turn_id,
                 )
-            except SelfCodeError as exc:
+            except ToolboxError as exc:
                 self.store.audit(
                     "owner",
                     "promote_failed",

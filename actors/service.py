@@ -80,7 +80,7 @@ def _serve(
     notifier.status("starting the actors")
     settings.home.mkdir(parents=True, exist_ok=True)
     settings.workspace.mkdir(parents=True, exist_ok=True)
-    from shelldon.core import sandbox
+    from shelldon.proc import sandbox
 
     # Under systemd's Delegate=yes: the service moves into a leaf so turns get cgroups. First,
     # so that the layers logged next say what turns really get.

@@ -29,8 +29,8 @@ from actors.messages import (
 from actors.strikes import StrikeLedgerActor
 from actors.transport import TransportActor
 from actors.turn import TurnActor
-from shelldon.core.history import Store
-from shelldon.core.selfcode import SelfCode, SelfCodeError
+from shelldon.store import Store
+from shelldon.toolbox.toolbox import Toolbox, ToolboxError
 
 log = structlog.get_logger(__name__)
 
@@ -142,11 +142,11 @@ class SupervisorActor(ContractActor):
 
     def receiveMsg_QuarantineDue(self, msg: QuarantineDue, sender: ActorAddress) -> None:
         assert self.boot is not None and self.store is not None
-        selfcode = SelfCode.from_settings(self.boot.settings, self.store)
+        selfcode = Toolbox.from_settings(self.boot.settings, self.store)
         reason = f"{msg.strikes} strikes; last error: {msg.last_error}"
         try:
             selfcode.quarantine(msg.name, reason)
-        except SelfCodeError as exc:
+        except ToolboxError as exc:
             log.info("quarantine_skipped", tool=msg.name, why=str(exc))
             return
         self.store.audit("supervisor", "quarantined", msg.name, {"reason": reason}, time.time())

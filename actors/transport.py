@@ -34,8 +34,8 @@ from actors.messages import (
 )
 from shelldon.config import Settings
 from shelldon.contracts import Decision, InboundMessage, encode
-from shelldon.core.arbiter import is_chat
-from shelldon.core.history import Store
+from shelldon.rules.arbiter import is_chat
+from shelldon.store import Store
 from shelldon.transport.console import (
     ASK,
     INDENT,

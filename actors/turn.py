@@ -19,8 +19,8 @@ from actors.base import ContractActor
 from actors.messages import Fatal, JobAnswer, StartResume, StartTurn, TurnEnded, Typing, Wire
 from shelldon.config import Settings
 from shelldon.contracts import Result, ResumeRequest, TurnRequest
-from shelldon.core.child import SpawnError
-from shelldon.core.turnwatch import (
+from shelldon.proc.child import SpawnError
+from shelldon.rules.turnwatch import (
     Finished,
     Forward,
     TurnWatch,

@@ -10,7 +10,7 @@ from thespian.actors import ActorAddress
 from actors.base import ContractActor
 from actors.messages import Wire
 from shelldon.config import Settings
-from shelldon.core.history import Store
+from shelldon.store import Store
 
 
 class WiredActor(ContractActor):

@@ -129,7 +129,7 @@ class Settings:
     @property
     def toolbox(self) -> Path:
         """The self-coded tools (live, kept tests, quarantine, staging), outside the workspace:
-        written only by ``shelldon.core.selfcode``, never by a worker or a gate run."""
+        written only by ``shelldon.toolbox.toolbox``, never by a worker or a gate run."""
         return self.home / "toolbox"
 
     @property

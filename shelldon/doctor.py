@@ -24,8 +24,8 @@ from typing import TextIO
 
 from shelldon import __version__
 from shelldon.config import Settings
-from shelldon.core import sandbox
 from shelldon.preflight import token_problem
+from shelldon.proc import sandbox
 from shelldon.secrets import SecretMissingError, find_secret, provider_key
 
 
@@ -231,10 +231,10 @@ def gate_check(settings: Settings) -> Check:
     import tempfile
     import time
 
-    from shelldon.core.history import Store
-    from shelldon.core.selfcode import SelfCode, SelfCodeError
-    from shelldon.core.selfcoded_policy import selfcoded_refusal
     from shelldon.demo import WORD_COUNT_CODE, WORD_COUNT_TEST
+    from shelldon.store import Store
+    from shelldon.toolbox.policy import selfcoded_refusal
+    from shelldon.toolbox.toolbox import Toolbox, ToolboxError
 
     off = selfcoded_refusal(settings.sandbox)
     if off:
@@ -244,10 +244,10 @@ def gate_check(settings: Settings) -> Check:
         tempfile.TemporaryDirectory(prefix="shelldon-doctor-") as scratch,
         Store(Path(scratch) / "doctor.db") as store,
     ):
-        selfcode = SelfCode(Path(scratch) / "toolbox", store, settings.limits, settings.sandbox)
+        selfcode = Toolbox(Path(scratch) / "toolbox", store, settings.limits, settings.sandbox)
         try:
             staged = selfcode.stage("word_count", WORD_COUNT_CODE, WORD_COUNT_TEST)
-        except (SelfCodeError, OSError) as exc:
+        except (ToolboxError, OSError) as exc:
             return Check("gate", False, f"could not stage a sample tool: {exc}")
         report = selfcode.run_gate(staged)
     took = time.monotonic() - started
@@ -263,7 +263,7 @@ def gate_check(settings: Settings) -> Check:
 
 def selfcoded_check(settings: Settings) -> Check:
     """Whether self-coded tools can be used here: only under a filesystem layer."""
-    from shelldon.core.selfcoded_policy import selfcoded_refusal
+    from shelldon.toolbox.policy import selfcoded_refusal
 
     off = selfcoded_refusal(settings.sandbox)
     if off:
@@ -275,7 +275,7 @@ def selfcoded_check(settings: Settings) -> Check:
 def toolbox_check(settings: Settings) -> Check | None:
     """The toolbox as the service will find it: an old one still in the workspace (moved at the
     next start), or files that will not run because they are not what the owner approved."""
-    from shelldon.core.legacy_toolbox import UNAPPROVED_DIR, legacy_dirs
+    from shelldon.toolbox.legacy import UNAPPROVED_DIR, legacy_dirs
 
     old = legacy_dirs(settings.workspace)
     if old:
@@ -290,12 +290,12 @@ def toolbox_check(settings: Settings) -> Check | None:
         )
     if not (settings.toolbox.is_dir() and settings.database.is_file()):
         return None
-    from shelldon.core.history import Store, StoreError
-    from shelldon.core.selfcode import SelfCode
+    from shelldon.store import Store, StoreError
+    from shelldon.toolbox.toolbox import Toolbox
 
     try:
         with Store(settings.database) as store:
-            tampered = SelfCode.from_settings(settings, store).tampered()
+            tampered = Toolbox.from_settings(settings, store).tampered()
     except (StoreError, OSError) as exc:
         return Check("toolbox", False, f"cannot be checked: {exc}", required=False)
     if tampered:

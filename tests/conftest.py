@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from shelldon.config import Settings, load_settings
-from shelldon.core.history import Store
-from shelldon.core.selfcode import SelfCode
+from shelldon.store import Store
+from shelldon.toolbox.toolbox import Toolbox
 
 
 @pytest.fixture
@@ -35,9 +35,9 @@ def store(settings: Settings) -> Iterator[Store]:
 
 
 @pytest.fixture
-def sc(settings: Settings, store: Store) -> SelfCode:
+def sc(settings: Settings, store: Store) -> Toolbox:
     """The home's toolbox (``<home>/toolbox``), its approvals in ``store``."""
-    return SelfCode.from_settings(settings, store)
+    return Toolbox.from_settings(settings, store)
 
 
 # Loaded CI machines make wall-clock deadlines flaky; hypothesis still bounds examples.

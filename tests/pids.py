@@ -48,7 +48,7 @@ def inner(pid: int, timeout: float = 3.0, *, pidns: bool | None = None) -> int:
     or where it makes a PID namespace (``pidns``; default: wherever this machine allows one,
     as a default sandbox plan does) its one child inside, once it is there."""
     if pidns is None:
-        from shelldon.core import sandbox
+        from shelldon.proc import sandbox
 
         pidns = sandbox.pidns_available()
     if not pidns:

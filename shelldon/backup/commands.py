@@ -19,11 +19,7 @@ from shelldon.backup.layout import BackupError
 from shelldon.backup.reader import Unpacked
 from shelldon.backup.restore import RESTORED_CONFIG, restore_backup
 from shelldon.backup.writer import write_backup
-from shelldon.config import Settings
-from shelldon.core.gate import GateReport
-from shelldon.core.history import StoreError
-from shelldon.toolbox.archive import ArchivedTool
-from shelldon.toolbox.commands import (
+from shelldon.cli.tools import (
     accept_all,
     os_error_text,
     printable,
@@ -31,6 +27,10 @@ from shelldon.toolbox.commands import (
     say_result,
     terminal_ask,
 )
+from shelldon.config import Settings
+from shelldon.store import StoreError
+from shelldon.toolbox.archive import ArchivedTool
+from shelldon.toolbox.gate import GateReport
 from shelldon.toolbox.importer import ImportResult, Outcome
 
 

@@ -36,7 +36,7 @@ from shelldon.backup.layout import (
     member_cap,
     member_kind,
 )
-from shelldon.core.history import StoreError, check_foreign_database
+from shelldon.store import StoreError, check_foreign_database
 from shelldon.toolbox.archive import (
     ArchivedTool,
     ArchiveError,

@@ -46,12 +46,12 @@ from shelldon.backup.layout import (
 )
 from shelldon.backup.reader import Unpacked, unpack_backup
 from shelldon.config import ConfigError, Settings, load_settings
-from shelldon.core.history import Distrusted, Store, database_in_use
-from shelldon.core.legacy_toolbox import set_aside_restored
-from shelldon.core.manifest import fsync_dir
-from shelldon.core.selfcode import SelfCode
 from shelldon.home import PRIVATE_DIR, make_private_dir
+from shelldon.store import Distrusted, Store, database_in_use
 from shelldon.toolbox.importer import Ask, ImportResult, Outcome, import_tools
+from shelldon.toolbox.legacy import set_aside_restored
+from shelldon.toolbox.manifest import fsync_dir
+from shelldon.toolbox.toolbox import Toolbox
 
 RESTORED_CONFIG = "config.restored.toml"
 NOT_RESTORED_TOOLS = "toolbox-not-restored.tar.gz"
@@ -222,7 +222,7 @@ def _prepare(
     with Store(root / DATABASE_MEMBER) as store:
         schema = store.schema_version
         distrusted = store.distrust_for_restore(now)
-        selfcode = SelfCode(root / "toolbox", store, settings.limits, settings.sandbox)
+        selfcode = Toolbox(root / "toolbox", store, settings.limits, settings.sandbox)
         results = import_tools(
             unpacked.tools,
             selfcode,

@@ -36,9 +36,9 @@ from shelldon.backup.layout import (
     BackupLimits,
 )
 from shelldon.config import Settings
-from shelldon.core.history import Store
-from shelldon.core.selfcode import SelfCode
+from shelldon.store import Store
 from shelldon.toolbox.archive import ExportReport, export_toolbox
+from shelldon.toolbox.toolbox import Toolbox
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +247,7 @@ def _snapshot(settings: Settings, work: Path) -> tuple[int, ExportReport, dict[s
     schema version, what the toolbox export did, and why each quarantined tool is there."""
     with Store(settings.database) as store:
         store.backup_to(work / DATABASE_MEMBER)
-        selfcode = SelfCode.from_settings(settings, store)
+        selfcode = Toolbox.from_settings(settings, store)
         tools = export_toolbox(selfcode, work / TOOLBOX_MEMBER, quarantined=True)
         quarantined = {
             name: selfcode.quarantine_reason(name)

@@ -1,44 +1,9 @@
-"""The toolbox at the terminal (``shelldon tools``): list, show and restore self-coded tools,
-and move the live ones between devices as one archive (``export`` / ``import``).
+"""The toolbox on disk, ``<home>/toolbox/``: live, staged and quarantined self-coded tools.
 
-``archive`` writes and reads the tar.gz (treating a read archive as hostile), ``importer``
-stages, gates and promotes what an archive carries, ``commands`` is the terminal front.
+``toolbox`` (``Toolbox``) is its sole writer: stage, gate, promote, discard, quarantine,
+restore. ``manifest`` reads the tool convention by AST and writes the live manifest from the
+owner's approvals; ``gate``, ``gate_scan`` and ``gate_probe`` are the gate; ``policy`` says
+when model-written code may run at all; ``diff`` shows what a replacement changes;
+``archive`` and ``importer`` move live tools between devices; ``legacy`` moves a toolbox kept
+in the workspace by older versions.
 """
-
-from shelldon.toolbox.archive import (
-    ArchivedTool,
-    ArchiveError,
-    ArchiveLimits,
-    ExportReport,
-    export_toolbox,
-    read_archive,
-)
-from shelldon.toolbox.commands import (
-    ToolNotFound,
-    ToolRow,
-    ToolsRequest,
-    list_text,
-    run_tools,
-    show_text,
-    tool_rows,
-)
-from shelldon.toolbox.importer import ImportResult, Outcome, import_tools
-
-__all__ = [
-    "ArchiveError",
-    "ArchiveLimits",
-    "ArchivedTool",
-    "ExportReport",
-    "ImportResult",
-    "Outcome",
-    "ToolNotFound",
-    "ToolRow",
-    "ToolsRequest",
-    "export_toolbox",
-    "import_tools",
-    "list_text",
-    "read_archive",
-    "run_tools",
-    "show_text",
-    "tool_rows",
-]

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shelldon.core.manifest import (
+from shelldon.toolbox.manifest import (
     ManifestEntry,
     ToolFileError,
     build_manifest,
@@ -38,7 +38,7 @@ from shelldon.core.manifest import (
     read_declaration,
     read_tool_bytes,
 )
-from shelldon.core.selfcode import MAX_SOURCE_BYTES, SelfCode, StemError, normalize_stem
+from shelldon.toolbox.toolbox import MAX_SOURCE_BYTES, StemError, Toolbox, normalize_stem
 
 ARCHIVE_FORMAT = 1
 MANIFEST_MEMBER = "toolbox.json"
@@ -99,7 +99,7 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
 
 
 def export_toolbox(
-    selfcode: SelfCode, path: Path, *, overwrite: bool = False, quarantined: bool = False
+    selfcode: Toolbox, path: Path, *, overwrite: bool = False, quarantined: bool = False
 ) -> ExportReport:
     """Write every live tool (with its kept test) to the archive ``path``, atomically: only
     approved tools whose file holds exactly the approved bytes; with ``quarantined`` (a backup)
@@ -158,7 +158,7 @@ def export_toolbox(
 
 
 def _tool_files(
-    selfcode: SelfCode, directory: Path, entry: ManifestEntry, without_test: list[str]
+    selfcode: Toolbox, directory: Path, entry: ManifestEntry, without_test: list[str]
 ) -> list[tuple[str, bytes]]:
     """The archive members of one approved tool: its code (checked against its approval once
     more) and its kept test, if any (else its name goes to ``without_test``)."""

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import structlog
 
-from shelldon.core.gate import GateReport
-from shelldon.core.history import Store
-from shelldon.core.selfcode import SelfCode, SelfCodeError
+from shelldon.store import Store
 from shelldon.toolbox.archive import ArchivedTool
+from shelldon.toolbox.gate import GateReport
+from shelldon.toolbox.toolbox import Toolbox, ToolboxError
 
 log = structlog.get_logger(__name__)
 
@@ -66,7 +66,7 @@ def gate_summary(report: GateReport) -> str:
     return "\n".join(parts)
 
 
-def _live_hash(selfcode: SelfCode, name: str) -> str:
+def _live_hash(selfcode: Toolbox, name: str) -> str:
     """The approved hash of live tool ``name`` ("" when it is not live)."""
     return selfcode.approved_hash(name) if name in selfcode.live() else ""
 
@@ -76,7 +76,7 @@ class _Importer:
 
     def __init__(
         self,
-        selfcode: SelfCode,
+        selfcode: Toolbox,
         store: Store,
         ask: Ask,
         *,
@@ -134,7 +134,7 @@ class _Importer:
             )
         try:
             staged = self.selfcode.stage(name, tool.code, tool.test, replace=bool(taken))
-        except SelfCodeError as exc:
+        except ToolboxError as exc:
             return self.refuse(tool, str(exc))
         report = self.selfcode.run_gate(staged)
         self.audit(
@@ -154,7 +154,7 @@ class _Importer:
                 replace=bool(taken),
                 expected_hash=tool.code_hash,
             )
-        except SelfCodeError as exc:
+        except ToolboxError as exc:
             self.audit("owner", "promote_failed", tool, error=str(exc))
             return ImportResult(name, Outcome.REFUSED, str(exc), tool.code_hash)
         if taken:
@@ -167,7 +167,7 @@ class _Importer:
 
 def import_tools(
     tools: tuple[ArchivedTool, ...],
-    selfcode: SelfCode,
+    selfcode: Toolbox,
     store: Store,
     ask: Ask,
     *,

@@ -20,10 +20,10 @@ from shelldon.contracts import (
     ToolCall,
     decode,
 )
-from shelldon.core import risky
-from shelldon.core.arbiter import CONSOLE_CHAT, CONSOLE_USER
-from shelldon.core.history import Store
-from shelldon.core.replies import approval_question
+from shelldon.rules import risky
+from shelldon.rules.arbiter import CONSOLE_CHAT, CONSOLE_USER
+from shelldon.rules.replies import approval_question
+from shelldon.store import Store
 from shelldon.transport.card import describe_call
 from shelldon.transport.visible import for_terminal, reveal
 

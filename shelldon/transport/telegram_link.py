@@ -10,7 +10,7 @@ import structlog
 
 from shelldon.config import Settings
 from shelldon.contracts import Decision, InboundMessage, encode
-from shelldon.core.history import Store
+from shelldon.store import Store
 from shelldon.transport.approvals import (
     APPROVE_LABELS,
     REPAIR_LABELS,

@@ -26,8 +26,8 @@ from typing import NoReturn
 import structlog
 
 from shelldon.contracts import ContractError, ToolCall, ToolResult, decode, encode
-from shelldon.core import sandbox
-from shelldon.core.child import Child, Output, SpawnError, die_with_parent
+from shelldon.proc import sandbox
+from shelldon.proc.child import Child, Output, SpawnError, die_with_parent
 from shelldon.worker.tools import Registry
 from shelldon.worker.tools.registry import execute_tool
 

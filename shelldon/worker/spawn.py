@@ -56,9 +56,9 @@ from shelldon.contracts import (
     decode,
     encode,
 )
-from shelldon.core import sandbox
-from shelldon.core.child import EXIT_UNKNOWN, Child, SpawnError, die_with_parent
-from shelldon.core.limits import ProcessLimits, apply_limits
+from shelldon.proc import sandbox
+from shelldon.proc.child import EXIT_UNKNOWN, Child, SpawnError, die_with_parent
+from shelldon.proc.limits import ProcessLimits, apply_limits
 from shelldon.secrets import forget_env_secrets
 from shelldon.worker.approved import confined_runner
 from shelldon.worker.channel import (
@@ -71,8 +71,8 @@ from shelldon.worker.channel import (
     send_frame,
     send_packed,
 )
+from shelldon.worker.loop import Ask, run_resume, run_turn
 from shelldon.worker.tools import Registry, build_registry
-from shelldon.worker.worker import Ask, run_resume, run_turn
 
 log = structlog.get_logger(__name__)
 
@@ -83,7 +83,7 @@ EXIT_OK = 0
 EXIT_CRASH = 1
 EXIT_CHANNEL = 3
 """Worker exit codes: Result sent; crashed (apology attempted); Result could not be sent.
-(``EXIT_UNKNOWN``, from ``shelldon.core.child``: something other than its handle reaped it.)"""
+(``EXIT_UNKNOWN``, from ``shelldon.proc.child``: something other than its handle reaped it.)"""
 
 SPARE_TURN_ID = "spare"
 """The turn id a spare logs under until its Assignment names the real one."""

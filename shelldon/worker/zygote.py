@@ -67,8 +67,8 @@ from shelldon.contracts import (
     TurnRequest,
     encode,
 )
-from shelldon.core import sandbox
-from shelldon.core.child import EXIT_UNKNOWN, SpawnError, readable
+from shelldon.proc import sandbox
+from shelldon.proc.child import EXIT_UNKNOWN, SpawnError, readable
 from shelldon.worker.spawn import (
     RegistryFactory,
     WorkerHandle,

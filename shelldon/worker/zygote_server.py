@@ -27,8 +27,8 @@ import structlog
 
 from shelldon.config import Settings
 from shelldon.contracts import Assignment, ContractError, ResumeRequest, TurnRequest, decode, encode
-from shelldon.core import sandbox
-from shelldon.core.child import SpawnError, die_with_parent
+from shelldon.proc import sandbox
+from shelldon.proc.child import SpawnError, die_with_parent
 from shelldon.secrets import forget_env_secrets
 from shelldon.worker import spawn
 from shelldon.worker.channel import pack_frame

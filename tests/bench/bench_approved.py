@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from shelldon.config import Settings, load_settings  # noqa: E402
 from shelldon.contracts import ToolCall  # noqa: E402
-from shelldon.core import sandbox  # noqa: E402
+from shelldon.proc import sandbox  # noqa: E402
 from shelldon.worker.approved import run_approved  # noqa: E402
 from shelldon.worker.tools import build_registry  # noqa: E402
 from shelldon.worker.tools.registry import execute_tool  # noqa: E402

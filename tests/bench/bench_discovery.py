@@ -22,9 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from shelldon.contracts import ToolCall  # noqa: E402
-from shelldon.core.history import Store  # noqa: E402
-from shelldon.core.manifest import code_hash  # noqa: E402
-from shelldon.core.selfcode import SelfCode  # noqa: E402
+from shelldon.store import Store  # noqa: E402
+from shelldon.toolbox.manifest import code_hash  # noqa: E402
+from shelldon.toolbox.toolbox import Toolbox  # noqa: E402
 from shelldon.worker.tools import selfcoded  # noqa: E402
 from shelldon.worker.tools.registry import Registry, ToolContext, execute_tool  # noqa: E402
 from shelldon.worker.tools.selfcoded import discover  # noqa: E402
@@ -71,7 +71,7 @@ def main() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "shelldon.db") as store:
         workspace = Path(tmp) / "workspace"
-        sc = SelfCode(Path(tmp) / "toolbox", store)
+        sc = Toolbox(Path(tmp) / "toolbox", store)
         for i in range(N_TOOLS):
             code = TOOL.format(i=i)
             (sc.live_dir / f"tool_{i:03d}.py").write_text(code)

@@ -42,6 +42,7 @@ from shelldon.contracts import (
     decode,
     encode,
 )
+from shelldon.worker.loop import run_turn
 from shelldon.worker.spawn import WorkerHandle, spawn_turn
 from shelldon.worker.tools import (
     Registry,
@@ -49,7 +50,6 @@ from shelldon.worker.tools import (
     build_registry,
     context_from_settings,
 )
-from shelldon.worker.worker import run_turn
 
 RUNS = 200
 ROUNDS = 6

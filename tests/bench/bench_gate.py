@@ -24,10 +24,10 @@ import structlog
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from shelldon.core.gate import _UNUSED_PLUGINS  # noqa: E402
-from shelldon.core.gate_scan import static_checks  # noqa: E402
-from shelldon.core.history import Store  # noqa: E402
-from shelldon.core.selfcode import SelfCode  # noqa: E402
+from shelldon.store import Store  # noqa: E402
+from shelldon.toolbox.gate import _UNUSED_PLUGINS  # noqa: E402
+from shelldon.toolbox.gate_scan import static_checks  # noqa: E402
+from shelldon.toolbox.toolbox import Toolbox  # noqa: E402
 from tests.unit.selfcode.samples import ADDER, ADDER_TEST  # noqa: E402
 
 BUDGET_S = 1.0
@@ -54,7 +54,7 @@ def main() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "shelldon.db")
-        sc = SelfCode(Path(tmp) / "toolbox", store)
+        sc = Toolbox(Path(tmp) / "toolbox", store)
         gates = []
         for _ in range(RUNS):
             t = time.perf_counter()

@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT))
 
 from shelldon.config import load_settings  # noqa: E402
 from shelldon.contracts import ToolCall  # noqa: E402
-from shelldon.core.history import Store  # noqa: E402
-from shelldon.core.manifest import code_hash  # noqa: E402
-from shelldon.core.selfcode import SelfCode  # noqa: E402
+from shelldon.store import Store  # noqa: E402
+from shelldon.toolbox.manifest import code_hash  # noqa: E402
+from shelldon.toolbox.toolbox import Toolbox  # noqa: E402
 from shelldon.worker.tools import build_registry  # noqa: E402
 from shelldon.worker.tools.registry import execute_tool  # noqa: E402
 from shelldon.worker.tools.selfcoded import load_module  # noqa: E402
@@ -70,7 +70,7 @@ def main() -> None:
         settings = load_settings(environ={"SHELLDON_HOME": tmp})
         settings.workspace.mkdir(parents=True, exist_ok=True)
         with Store(settings.database) as store:
-            sc = SelfCode.from_settings(settings, store)
+            sc = Toolbox.from_settings(settings, store)
             staged = sc.stage("words", TOOL, "")
             sc.discard(staged.name)
             path = sc.promote(staged.name, staged.code, staged.test, expected_hash=staged.code_hash)

@@ -135,7 +135,7 @@ def in_child_without_openat2(fn: Callable[[], object]) -> object | None:
     """``fn()`` in a forked child whose seccomp filter refuses openat2; None on a checkout
     that has no openat2 path to fall back from."""
     try:
-        from shelldon.core.sandbox import load_filter
+        from shelldon.proc.sandbox import load_filter
         from shelldon.worker.tools import beneath
         from tests.unit.tools.seccomp_filters import refuse_syscall
     except ImportError:

@@ -27,9 +27,9 @@ import structlog
 
 from shelldon.config import Settings, load_settings
 from shelldon.contracts import Completion, Job, Result, ToolCall, TurnRequest, Usage
-from shelldon.core import sandbox
-from shelldon.core.history import Store
-from shelldon.core.selfcode import SelfCode
+from shelldon.proc import sandbox
+from shelldon.store import Store
+from shelldon.toolbox.toolbox import Toolbox
 from shelldon.worker.spawn import spawn_turn
 
 TURNS = 100
@@ -98,10 +98,10 @@ def confine_only(settings: Settings) -> float:
 
 def gate_once(settings: Settings) -> float:
     with Store(settings.database) as store:
-        return _gate(SelfCode.from_settings(settings, store))
+        return _gate(Toolbox.from_settings(settings, store))
 
 
-def _gate(sc: SelfCode) -> float:
+def _gate(sc: Toolbox) -> float:
     code = (
         'DESCRIPTION = "Add one."\n'
         'PARAMS_SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}}\n\n\n'

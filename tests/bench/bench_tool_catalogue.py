@@ -50,13 +50,13 @@ from shelldon.broker.openai_provider import OpenAIProvider  # noqa: E402
 from shelldon.config import load_settings  # noqa: E402
 from shelldon.contracts import Completion, Job, ToolCall, TurnRequest, Usage  # noqa: E402
 from shelldon.contracts.codec import encode  # noqa: E402
-from shelldon.core.history import Store  # noqa: E402
-from shelldon.core.manifest import code_hash  # noqa: E402
-from shelldon.core.selfcode import SelfCode  # noqa: E402
+from shelldon.store import Store  # noqa: E402
+from shelldon.toolbox.manifest import code_hash  # noqa: E402
+from shelldon.toolbox.toolbox import Toolbox  # noqa: E402
+from shelldon.worker.loop import PROPOSE_TOOL, run_turn  # noqa: E402
 from shelldon.worker.prompt import build_messages  # noqa: E402
 from shelldon.worker.tools import clock, files, git, http, pyeval, selfcoded, shell, write  # noqa: E402
 from shelldon.worker.tools.registry import Registry, ToolContext  # noqa: E402
-from shelldon.worker.worker import PROPOSE_TOOL, run_turn  # noqa: E402
 from tests.bench.bench_discovery import TOOL  # noqa: E402 - the same live tool, many times
 from tests.fakes.fake_anthropic import FakeAnthropic  # noqa: E402
 from tests.fakes.fake_openai import FakeOpenAI  # noqa: E402
@@ -195,7 +195,7 @@ def before_first_request(ctx: ToolContext) -> int:
     return len(json.dumps(provider.build_request(messages, every)).encode())
 
 
-def promote_tools(sc: SelfCode, store: Store, n: int) -> None:
+def promote_tools(sc: Toolbox, store: Store, n: int) -> None:
     """``n`` live tools as core holds them: files, the owner's approvals, the manifest."""
     for i in range(n):
         code = TOOL.format(i=i)
@@ -219,7 +219,7 @@ def service_turn_ms(n: int, turns: int, gap_s: float) -> float:
         (home / "script.json").write_text(json.dumps(script))
         settings = load_settings(environ={"SHELLDON_HOME": str(home)})
         with Store(settings.database) as store:
-            promote_tools(SelfCode.from_settings(settings, store), store, n)
+            promote_tools(Toolbox.from_settings(settings, store), store, n)
         svc = RunningService(home, tg, {"SHELLDON_BRAIN_SCRIPT": "script.json"})
         try:
             tg.wait(lambda: tg.fake.commands, timeout=30)
@@ -250,7 +250,7 @@ def main() -> None:
     rows = []
     for n in SIZES:
         with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "shelldon.db") as store:
-            sc = SelfCode(Path(tmp) / "toolbox", store)
+            sc = Toolbox(Path(tmp) / "toolbox", store)
             promote_tools(sc, store, n)
             # In this unconfined process, not in a worker: the worker's own check is off.
             ctx = ToolContext(

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from shelldon.config import Settings
-from shelldon.core.history import Store
-from shelldon.core.manifest import code_hash
-from shelldon.core.selfcode import SelfCode
+from shelldon.store import Store
+from shelldon.toolbox.manifest import code_hash
+from shelldon.toolbox.toolbox import Toolbox
 from tests import proctree
 from tests.fakes.fake_telegram import TEST_TOKEN, Sent
 from tests.integration.runtime.harness import ThreadedFakeTelegram
@@ -62,7 +62,7 @@ def fd_count(pids: Iterable[int]) -> int:
 def install_tool(settings: Settings, name: str, code: str) -> None:
     """Make ``code`` a live self-coded tool the owner approved (the gate is not the point)."""
     with Store(settings.database) as store:
-        SelfCode.from_settings(settings, store).promote(name, code, expected_hash=code_hash(code))
+        Toolbox.from_settings(settings, store).promote(name, code, expected_hash=code_hash(code))
 
 
 class ShelldonRun:

@@ -202,7 +202,7 @@ def run_soak(
 
 
 def _pending(run: ShelldonRun) -> list[Any]:
-    from shelldon.core.history import Store
+    from shelldon.store import Store
 
     with Store(run.home / "shelldon.db") as store:
         return store.pending()

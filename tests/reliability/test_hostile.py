@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from shelldon.contracts import InboundMessage, encode
-from shelldon.core.arbiter import UNREADABLE
-from shelldon.core.history import Store
+from shelldon.rules.arbiter import UNREADABLE
+from shelldon.store import Store
 from shelldon.transport.approvals import approval_callback_data, callback_key
 from shelldon.worker import spawn
 from tests.fakes.fake_telegram import TEST_TOKEN

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from shelldon.core.history import Store
+from shelldon.store import Store
 from tests.integration.runtime.harness import ThreadedFakeTelegram
 
 from .rig import OWNER, ShelldonRun, keyboards, texts, wait_until

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shelldon.config import Settings
-from shelldon.core.selfcoded_policy import selfcoded_refusal
+from shelldon.toolbox.policy import selfcoded_refusal
 from shelldon.worker.tools import clock, files, git, http, pyeval, selfcoded, shell, write
 from shelldon.worker.tools.registry import (
     Registry,

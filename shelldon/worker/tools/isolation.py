@@ -32,8 +32,8 @@ from typing import Any, NoReturn
 import msgpack
 import structlog
 
-from shelldon.core import sandbox
-from shelldon.core.child import Child, Output, SpawnError, die_with_parent
+from shelldon.proc import sandbox
+from shelldon.proc.child import Child, Output, SpawnError, die_with_parent
 
 log = structlog.get_logger(__name__)
 

@@ -28,8 +28,8 @@ from typing import Any, NoReturn
 import structlog
 
 from shelldon.contracts import Tier, ToolDefinition
-from shelldon.core.child import Child, SpawnError
-from shelldon.core.limits import ProcessLimits, apply_limits
+from shelldon.proc.child import Child, SpawnError
+from shelldon.proc.limits import ProcessLimits, apply_limits
 from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
 
 log = structlog.get_logger(__name__)

@@ -38,8 +38,8 @@ from typing import Any
 import structlog
 
 from shelldon.contracts import Tier, ToolDefinition, ToolFailure
-from shelldon.core import sandbox
-from shelldon.core.manifest import (
+from shelldon.proc import sandbox
+from shelldon.toolbox.manifest import (
     MANIFEST_NAME,
     Manifest,
     ManifestEntry,

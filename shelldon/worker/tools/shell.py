@@ -1,6 +1,6 @@
 """RISKY ``run_shell``, and ``run_bounded``: the runner every spawned tool child goes through.
 
-``run_bounded`` starts the program as a ``shelldon.core.child.Child`` (its own session and
+``run_bounded`` starts the program as a ``shelldon.proc.child.Child`` (its own session and
 process group, the RLIMIT preexec, stdin on /dev/null, stdout and stderr into one pipe read with
 a byte cap). When the child exits (or its deadline passes: TERM, a short grace, then KILL) the
 whole group is SIGKILLed, and then every descendant that escaped the group (``setsid``, double
@@ -26,7 +26,7 @@ from typing import Any
 import structlog
 
 from shelldon.contracts import Tier, ToolDefinition
-from shelldon.core.child import (
+from shelldon.proc.child import (
     Child,
     Output,
     become_subreaper,
@@ -34,7 +34,7 @@ from shelldon.core.child import (
     snapshot,
     sweep_descendants,
 )
-from shelldon.core.limits import ProcessLimits, preexec_with_limits
+from shelldon.proc.limits import ProcessLimits, preexec_with_limits
 from shelldon.worker.tools.gitconfig import config_findings, refusal, repository_config
 from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
 from shelldon.worker.tools.risky_env import ChildRun, fresh_home, risky_env

@@ -25,7 +25,7 @@ from actors.system import RunningSystem, start_actor_system, stop_actor_system
 from actors.turn import use_zygote
 from shelldon.config import Settings, load_settings
 from shelldon.contracts import encode
-from shelldon.core.history import Store
+from shelldon.store import Store
 
 
 def service_processes(main_pid: int) -> set[int]:

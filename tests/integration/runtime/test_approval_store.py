@@ -15,7 +15,7 @@ import pytest
 
 from actors.messages import ParkApproval
 from shelldon.contracts import Message, RequestToolApproval, Role, ToolCall
-from shelldon.core.history import Store
+from shelldon.store import Store
 
 from .harness import Service
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shelldon.core.arbiter import APPROVED, DENIED, EXPIRED, GONE, QUEUED_APPROVED
+from shelldon.rules.arbiter import APPROVED, DENIED, EXPIRED, GONE, QUEUED_APPROVED
 from tests.fakes.fake_telegram import Sent
 
 from .harness import Service, ThreadedFakeTelegram

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from shelldon.core.manifest import code_hash
+from shelldon.toolbox.manifest import code_hash
 
 from .harness import Service
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from shelldon.core.arbiter import budget_day
-from shelldon.core.manifest import code_hash
+from shelldon.rules.arbiter import budget_day
+from shelldon.toolbox.manifest import code_hash
 from tests.fakes.fake_telegram import Sent
 
 from .harness import Service, ThreadedFakeTelegram

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from shelldon.config import Settings
-from shelldon.core import sandbox
+from shelldon.proc import sandbox
 
 from .probe import plant_secrets
 

@@ -22,9 +22,9 @@ from typing import Any
 
 from shelldon.config import Settings
 from shelldon.contracts import Completion, Job, Result, Role, ToolCall, Usage
-from shelldon.core.history import Store
-from shelldon.core.manifest import code_hash
-from shelldon.core.selfcode import SelfCode
+from shelldon.store import Store
+from shelldon.toolbox.manifest import code_hash
+from shelldon.toolbox.toolbox import Toolbox
 from shelldon.worker.spawn import WorkerHandle
 from tests.pids import running
 
@@ -231,7 +231,7 @@ def promote(settings: Settings, name: str, code: str) -> None:
     """Make ``code`` a live self-coded tool the owner approved, with a kept test (the gate is
     not the point here)."""
     with Store(settings.database) as store:
-        sc = SelfCode.from_settings(settings, store)
+        sc = Toolbox.from_settings(settings, store)
         test = f"from {name} import run\n"
         sc.promote(name, code, test, expected_hash=code_hash(code), replace=name in sc.live())
 

@@ -25,7 +25,7 @@ from shelldon.contracts import (
     ToolCall,
     TurnRequest,
 )
-from shelldon.core import sandbox
+from shelldon.proc import sandbox
 from shelldon.worker.channel import FrameError
 from shelldon.worker.spawn import spawn_resume, spawn_turn
 

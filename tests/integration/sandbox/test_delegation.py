@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from shelldon.config import SandboxSettings
-from shelldon.core import sandbox
+from shelldon.proc import sandbox
 
 
 def in_child_of(cgroup: Path) -> dict[str, Any]:

@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import pytest
 
-from shelldon.core import sandbox
-from shelldon.core.sandbox.userns import _userns_restrict
+from shelldon.proc import sandbox
+from shelldon.proc.sandbox.userns import _userns_restrict
 
 NOBODY = 65534
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from shelldon.config import Settings
-from shelldon.core.history import Store
-from shelldon.core.selfcode import SelfCode, SelfCodeError
+from shelldon.store import Store
+from shelldon.toolbox.toolbox import Toolbox, ToolboxError
 
 from .conftest import confined
 from .probe import PROBE_TOOL, promote, targets, toolbox_attacks
@@ -82,7 +82,7 @@ def test_gate_run_is_refused_by_the_kernel_and_still_passes(
     settings = confined(planted, layer)
     promote(settings, "adder", ADDER)  # a live tool, with its kept test
     with Store(settings.database) as store:
-        sc = SelfCode.from_settings(settings, store)
+        sc = Toolbox.from_settings(settings, store)
         # Another proposal, staged and waiting for its own gate run.
         other = sc.stage("doubler", ADDER, "from doubler import run\n")
         toolbox = toolbox_attacks(settings, "adder", "linked.py")
@@ -110,8 +110,8 @@ def test_gate_run_is_refused_by_the_kernel_and_still_passes(
 
 
 @pytest.mark.parametrize("layer", tuple(GATE_REFUSED_BY))
-def test_plain_tool_passes_a_confined_gate(layer: str, settings: Settings, sc: SelfCode) -> None:
-    sc = SelfCode.from_settings(confined(settings, layer), sc.store)
+def test_plain_tool_passes_a_confined_gate(layer: str, settings: Settings, sc: Toolbox) -> None:
+    sc = Toolbox.from_settings(confined(settings, layer), sc.store)
     test = "from adder import run\n\n\ndef test_adds(tmp_path):\n    assert run(a=1) == '2'\n"
     report = sc.run_gate(sc.stage("adder", ADDER, test))
     assert report.passed, (report.findings, report.output)
@@ -122,7 +122,7 @@ def test_gate_cannot_read_the_vault_even_where_its_test_says_so(
 ) -> None:
     settings = confined(planted, "landlock")
     with Store(settings.database) as store:
-        sc = SelfCode.from_settings(settings, store)
+        sc = Toolbox.from_settings(settings, store)
         thief = ADDER + f"\nSTOLEN = open({str(settings.vault / 'x')!r}).read()\n"
         test = "from thief import run\n\n\ndef test_adds():\n    assert run(a=1) == '2'\n"
         report = sc.run_gate(sc.stage("thief", thief, test))
@@ -133,10 +133,10 @@ def test_gate_cannot_read_the_vault_even_where_its_test_says_so(
 
 @pytest.mark.parametrize("mode", ["best-effort", "off"])
 def test_without_a_filesystem_layer_no_test_of_the_model_runs(
-    mode: str, planted: Settings, sc: SelfCode
+    mode: str, planted: Settings, sc: Toolbox
 ) -> None:
-    sc = SelfCode.from_settings(confined(planted, "none", mode=mode), sc.store)
+    sc = Toolbox.from_settings(confined(planted, "none", mode=mode), sc.store)
     thief = ADDER + f"\nSTOLEN = open({str(planted.vault / 'x')!r}).read()\n"
-    with pytest.raises(SelfCodeError, match="self-coded tools are off"):
+    with pytest.raises(ToolboxError, match="self-coded tools are off"):
         sc.stage("thief", thief, "from thief import run\n")
     assert list(sc.staging_dir.iterdir()) == []

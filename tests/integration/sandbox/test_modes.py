@@ -12,7 +12,7 @@ import pytest
 
 from shelldon.config import ConfigError, Settings, load_settings
 from shelldon.contracts import Tier, ToolCall, TurnRequest
-from shelldon.core import sandbox
+from shelldon.proc import sandbox
 from shelldon.worker.spawn import spawn_turn
 from tests.unit.worker.test_spawn import registry_with
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from shelldon.core import sandbox
-from shelldon.core.child import Child
-from shelldon.core.sandbox.pidns import enter_pid_namespace
+from shelldon.proc import sandbox
+from shelldon.proc.child import Child
+from shelldon.proc.sandbox.pidns import enter_pid_namespace
 from tests.pids import inner, running
 
 pytestmark = pytest.mark.skipif(

@@ -20,9 +20,9 @@ import pytest
 
 from shelldon.config import Settings
 from shelldon.contracts import Job, ToolCall, TurnRequest
-from shelldon.core import sandbox
-from shelldon.core.history import Store
-from shelldon.core.selfcode import SelfCode
+from shelldon.proc import sandbox
+from shelldon.store import Store
+from shelldon.toolbox.toolbox import Toolbox
 from shelldon.worker.spawn import EXIT_OK, spawn_turn
 
 from .conftest import confined
@@ -132,7 +132,7 @@ def test_nothing_a_gate_test_starts_outlives_its_gate_run(
     settings = no_cgroup(settings, layer)
     seconds = unique_seconds()
     with Store(settings.database) as store:
-        sc = SelfCode.from_settings(settings, store)
+        sc = Toolbox.from_settings(settings, store)
         report = sc.run_gate(sc.stage("leaver", LEAVER, gate_test(seconds)))
     assert report.passed, (report.findings, report.output)
     assert wait_none_running("sleep", seconds), running("sleep", seconds)
@@ -153,7 +153,7 @@ def test_the_same_gate_without_a_pid_namespace_leaves_them_running(
     seconds = unique_seconds()
     try:
         with Store(settings.database) as store:
-            sc = SelfCode.from_settings(settings, store)
+            sc = Toolbox.from_settings(settings, store)
             report = sc.run_gate(sc.stage("leaver", LEAVER, gate_test(seconds)))
         assert report.passed, (report.findings, report.output)
         # The double fork stayed in pytest's process group, which the gate kills; the setsid

@@ -18,7 +18,7 @@ import pytest
 
 from shelldon.config import Settings, load_settings
 from shelldon.contracts import ToolCall, TurnRequest
-from shelldon.core import sandbox
+from shelldon.proc import sandbox
 from shelldon.worker.spawn import EXIT_OK, spawn_turn
 from tests.unit.worker.brain import reachable
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import structlog
 
-from shelldon.core.history import Store
+from shelldon.store import Store
 from shelldon.transport.approvals import callback_key
 from shelldon.transport.poller import Poller
 from shelldon.transport.telegram import BotApi

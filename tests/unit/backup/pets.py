@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 from shelldon.config import Settings, load_settings
-from shelldon.core.history import Store
-from shelldon.core.selfcode import SelfCode
 from shelldon.home import prepare_home
+from shelldon.store import Store
+from shelldon.toolbox.toolbox import Toolbox
 from tests.unit.selfcode.samples import ADDER, ADDER_TEST, calling_test, promote, tool
 
 SECRET = "123456:AAF-the-bot-token-never-leaves-the-vault"
@@ -42,7 +42,7 @@ def make_pet(home: Path) -> Settings:
     script.chmod(0o755)
     (settings.workspace / "empty").mkdir()
     with Store(settings.database) as store:
-        sc = SelfCode.from_settings(settings, store)
+        sc = Toolbox.from_settings(settings, store)
         promote(sc, "adder", ADDER, ADDER_TEST)
         promote(sc, "flaky", FLAKY, FLAKY_TEST)
         for _ in range(3):

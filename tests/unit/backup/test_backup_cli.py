@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from shelldon.core.history import SCHEMA_VERSION, Store
-from shelldon.core.manifest import code_hash, read_manifest
+from shelldon.store import SCHEMA_VERSION, Store
+from shelldon.toolbox.manifest import code_hash, read_manifest
 from tests.unit.backup.pets import (
     FLAKY,
     NOW,
@@ -121,7 +121,7 @@ def test_the_vault_never_goes_into_a_backup(tmp_path: Path) -> None:
 WRITER = textwrap.dedent(
     """
     import sys, time
-    from shelldon.core.history import Store
+    from shelldon.store import Store
     with Store(sys.argv[1]) as store:
         print("open", flush=True)
         for i in range(int(sys.argv[2])):
@@ -238,7 +238,7 @@ def test_the_backups_config_needs_the_owners_yes(tmp_path: Path) -> None:
 SERVICE = textwrap.dedent(
     """
     import sys, time
-    from shelldon.core.history import Store
+    from shelldon.store import Store
     with Store(sys.argv[1]) as store:
         print("open", flush=True)
         sys.stdin.readline()
@@ -272,7 +272,7 @@ def test_restore_is_refused_while_the_database_is_in_use(tmp_path: Path) -> None
 def test_an_old_schema_is_migrated_by_the_normal_store_open(tmp_path: Path) -> None:
     import sqlite3
 
-    from shelldon.core.history import _MIGRATIONS, _split_sql
+    from shelldon.store import _MIGRATIONS, _split_sql
     from tests.unit.backup.pets import rewrite
 
     pet = make_pet(tmp_path / "pet")

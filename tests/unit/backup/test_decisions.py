@@ -22,7 +22,7 @@ from shelldon.backup.restore import (
     pet_in_home,
 )
 from shelldon.config import Settings, load_settings
-from shelldon.core.history import (
+from shelldon.store import (
     _MIGRATIONS,
     SCHEMA_VERSION,
     Store,
@@ -31,9 +31,9 @@ from shelldon.core.history import (
     check_foreign_database,
     database_in_use,
 )
-from shelldon.core.legacy_toolbox import set_aside_restored
-from shelldon.core.selfcode import SelfCode
 from shelldon.toolbox.archive import export_toolbox, read_archive
+from shelldon.toolbox.legacy import set_aside_restored
+from shelldon.toolbox.toolbox import Toolbox
 from tests.unit.selfcode.samples import ADDER, ADDER_TEST, promote
 
 
@@ -64,7 +64,7 @@ def test_a_backup_holds_only_the_pets_own_parts(name: str, is_dir: bool, kind: s
 def test_a_fresh_home_holds_no_pet(settings: Settings) -> None:
     assert pet_in_home(settings) == ()
     with Store(settings.database) as store:
-        SelfCode.from_settings(settings, store)  # what `tools list` leaves in a fresh home
+        Toolbox.from_settings(settings, store)  # what `tools list` leaves in a fresh home
     (settings.vault / "telegram_token").write_text("secret")
     (settings.home / "config.toml").write_text("")
     assert pet_in_home(settings) == ()
@@ -79,7 +79,7 @@ def test_a_home_with_a_life_holds_a_pet(settings: Settings) -> None:
     assert pet_in_home(settings)[1] == "workspace/ (1 entries)"
 
 
-def test_tools_alone_make_a_pet(settings: Settings, sc: SelfCode) -> None:
+def test_tools_alone_make_a_pet(settings: Settings, sc: Toolbox) -> None:
     promote(sc, "adder", ADDER, ADDER_TEST)
     sc.store.close()
     found = pet_in_home(settings)
@@ -192,7 +192,7 @@ def test_a_restored_database_keeps_its_life_but_not_its_trust(store: Store) -> N
     assert store.is_processed(2)  # the update is not fetched and answered again
 
 
-def test_quarantined_tools_travel_in_a_backups_toolbox(sc: SelfCode, tmp_path: Path) -> None:
+def test_quarantined_tools_travel_in_a_backups_toolbox(sc: Toolbox, tmp_path: Path) -> None:
     promote(sc, "adder", ADDER, ADDER_TEST)
     sc.quarantine("adder", "failed 3 times")
     plain = export_toolbox(sc, tmp_path / "plain.tar.gz")
@@ -218,7 +218,7 @@ def test_an_old_toolbox_in_a_restored_workspace_is_moved_aside_whole(tmp_path: P
 HOLDER = textwrap.dedent(
     """
     import sys
-    from shelldon.core.history import Store
+    from shelldon.store import Store
     with Store(sys.argv[1]):
         print("open", flush=True)
         sys.stdin.readline()
@@ -278,7 +278,7 @@ def test_a_workspace_file_is_never_read_through_a_link_swapped_in_after_the_walk
 NOT_DUMPABLE_HOLDER = textwrap.dedent(
     """
     import ctypes, sys
-    from shelldon.core.history import Store
+    from shelldon.store import Store
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0, as the service is
     with Store(sys.argv[1]):
         print("open", flush=True)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from shelldon.core.history import Store
-from shelldon.core.manifest import code_hash
+from shelldon.store import Store
+from shelldon.toolbox.manifest import code_hash
 from tests.unit.backup.pets import link, make_pet, members, regular, rewrite, snapshot
 from tests.unit.selfcode.samples import ADDER, ADDER_TEST, calling_test, tool
 from tests.unit.toolbox.archives import manifest_entry, shelldon, toolbox, toolbox_json, write_tar

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from shelldon.config import SandboxSettings, Settings, load_settings
-from shelldon.core.selfcode import SelfCode
 from shelldon.doctor import (
     Check,
     gather_checks,
@@ -24,6 +23,7 @@ from shelldon.doctor import (
     run_doctor,
     unit_memory_max_mb,
 )
+from shelldon.toolbox.toolbox import Toolbox
 from tests.unit.selfcode.samples import ADDER, promote
 
 GOOD_TOKEN = "123456789:AAHfiqksKZ8WmR2zSjiQ7_v4TMAKdiHm9T0"
@@ -200,7 +200,7 @@ def test_doctor_names_the_layer_self_coded_tools_run_under(settings: Settings) -
     assert check.ok and check.detail == "on: gated and run under landlock"
 
 
-def test_doctor_reports_toolbox_files_that_will_not_run(settings: Settings, sc: SelfCode) -> None:
+def test_doctor_reports_toolbox_files_that_will_not_run(settings: Settings, sc: Toolbox) -> None:
     promote(sc, "adder", ADDER)
     assert by_name(gather_checks(settings, gate=False), "toolbox").ok
     (sc.live_dir / "adder.py").write_text(ADDER.replace("a + 1", "a + 2"))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from shelldon.core.history import _MIGRATIONS, SCHEMA_VERSION, Store, StoreError
+from shelldon.store import _MIGRATIONS, SCHEMA_VERSION, Store, StoreError
 
 
 @pytest.fixture
@@ -120,7 +120,7 @@ def test_a_card_keeps_its_first_final_outcome(store: Store) -> None:
 
 
 def test_old_cards_are_forgotten(store: Store) -> None:
-    from shelldon.core.history import CARD_KEEP_S
+    from shelldon.store import CARD_KEEP_S
 
     store.record_card("old", 7, 1, "x", now=0)
     store.record_card("new", 7, 2, "y", now=CARD_KEEP_S + 1)
@@ -217,7 +217,7 @@ def test_row_survives_sigkill_right_after_commit(tmp_path: Path) -> None:
     path = tmp_path / "db"
     code = textwrap.dedent(f"""
         import os, signal, sys
-        from shelldon.core.history import Store
+        from shelldon.store import Store
         s = Store({str(path)!r})
         s.park_approval("t-kill", 3, b"parked-state", "run_shell: ls", now=1, ttl_s=3600)
         os.kill(os.getpid(), signal.SIGKILL)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from shelldon.core.history import _MIGRATIONS, SCHEMA_VERSION, RepairOffer, Store
+from shelldon.store import _MIGRATIONS, SCHEMA_VERSION, RepairOffer, Store
 
 OFFER = RepairOffer("p1", 7, "echo_len", 0, b"code", b"test", "", "1 failed")
 

@@ -41,8 +41,9 @@ def test_the_layers_hold_on_the_real_tree(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("module", "line", "contract"),
     [
-        ("shelldon/core/history.py", "import anthropic", "Core stays LLM-free"),
-        ("shelldon/core/limits.py", "import shelldon.broker", "Core stays LLM-free"),
+        ("shelldon/store/__init__.py", "import anthropic", "stay LLM-free"),
+        ("shelldon/rules/arbiter.py", "import shelldon.worker", "stay LLM-free"),
+        ("shelldon/proc/limits.py", "import shelldon.broker", "stay LLM-free"),
         ("shelldon/worker/tools/registry.py", "import anthropic", "worker imports no LLM SDK"),
         ("shelldon/contracts/codec.py", "import shelldon.config", "Contracts import nothing"),
     ],

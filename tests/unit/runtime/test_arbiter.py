@@ -20,7 +20,7 @@ from shelldon.contracts import (
     ToolFailure,
     encode,
 )
-from shelldon.core.arbiter import (
+from shelldon.rules.arbiter import (
     APPROVED,
     BUDGET_SPENT,
     BUSY_REPLY,
@@ -63,7 +63,7 @@ from shelldon.core.arbiter import (
     owners_of,
     tick_delay,
 )
-from shelldon.core.history import Pending, Scheduled
+from shelldon.store import Pending, Scheduled
 
 OWNER, STRANGER, CHAT = 7, 666, 70
 NOW = 1_700_000_000.0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shelldon.contracts import Decision, InboundMessage, Remember, encode
-from shelldon.core.arbiter import budget_day, command_of, plan_inbox
+from shelldon.rules.arbiter import budget_day, command_of, plan_inbox
 
 OWNERS = frozenset({1})
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from shelldon.config import LimitsSettings
 from shelldon.contracts import Decision, InboundMessage, encode
-from shelldon.core.arbiter import (
+from shelldon.rules.arbiter import (
     EXPIRED,
     QUEUED_REPAIR,
     REPAIR_BUDGET_SPENT,
@@ -27,7 +27,7 @@ from shelldon.core.arbiter import (
     inbox_view,
     owners_of,
 )
-from shelldon.core.history import RepairOffer
+from shelldon.store import RepairOffer
 
 OWNER, STRANGER, CHAT = 7, 666, 70
 NOW = 1_700_000_000.0
@@ -155,8 +155,8 @@ def test_no_rounds_means_no_repair() -> None:
 
 
 def test_an_expired_repair_offer_says_no_fix_was_tried() -> None:
-    from shelldon.core.arbiter import EXPIRED_REPAIR, ExpireCard, expired_cards
-    from shelldon.core.history import Pending
+    from shelldon.rules.arbiter import EXPIRED_REPAIR, ExpireCard, expired_cards
+    from shelldon.store import Pending
 
     gone = Pending("repair", "offer-1", CHAT, "echo_len", NOW - 60, NOW)
     (card,) = expired_cards([gone], NOW)

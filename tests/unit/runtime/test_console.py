@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from shelldon.contracts import Decision, InboundMessage, RequestToolApproval, ToolCall, encode
-from shelldon.core.history import Store
+from shelldon.store import Store
 from shelldon.transport.console import (
     STEP_SLACK_S,
     AskAgain,

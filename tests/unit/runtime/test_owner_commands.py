@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from shelldon.config import BrainSettings
-from shelldon.core.arbiter import COMMANDS, command_of
-from shelldon.core.history import Store, UsageRow
-from shelldon.core.owner_commands import (
+from shelldon.rules.arbiter import COMMANDS, command_of
+from shelldon.rules.owner_commands import (
     HELP,
     cancel_scheduled,
     forget_fact,
@@ -22,6 +21,7 @@ from shelldon.core.owner_commands import (
     usage_cost,
     usage_text,
 )
+from shelldon.store import Store, UsageRow
 
 NOW = dt.datetime(2026, 12, 3, 9, 30, tzinfo=dt.UTC).timestamp()
 CHAT = 1001

@@ -6,7 +6,7 @@ import pytest
 
 from shelldon.broker.provider import KINDS
 from shelldon.contracts import JobFailed
-from shelldon.core.replies import (
+from shelldon.rules.replies import (
     APOLOGIES,
     MODEL,
     STOPPED,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from shelldon.config import Settings
 from shelldon.contracts import Tier, ToolCall
-from shelldon.core.risky import RISKY_BUILTINS, describe_call, park_refusal
+from shelldon.rules.risky import RISKY_BUILTINS, describe_call, park_refusal
 from shelldon.worker.tools import build_registry
 
 

@@ -12,7 +12,7 @@ from shelldon.contracts import (
     ToolCall,
     ToolStarted,
 )
-from shelldon.core.turnwatch import (
+from shelldon.rules.turnwatch import (
     Finished,
     Forward,
     Noted,

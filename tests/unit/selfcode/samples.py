@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shelldon.core.selfcode import SelfCode
+from shelldon.toolbox.toolbox import Toolbox
 
 ADDER = """\
 DESCRIPTION = "Add one to a number."
@@ -39,7 +39,7 @@ def calling_test(stem: str, body: str = "assert run() == 'ok'", head: str = "") 
     return f"{head}\nfrom {stem} import run\n\n\ndef test_it():\n    {body}\n"
 
 
-def promote(sc: SelfCode, name: str, code: str, test: str = "", *, replace: bool = False) -> Path:
+def promote(sc: Toolbox, name: str, code: str, test: str = "", *, replace: bool = False) -> Path:
     """Make ``code`` live as a passing gate and the owner's tap would (without running pytest):
     staged in a directory of its own, then promoted from the staged bytes."""
     staged = sc.stage(name, code, test, replace=replace)

@@ -24,12 +24,12 @@ import pytest
 
 from shelldon.config import SandboxSettings, Settings
 from shelldon.contracts import Role, Tier, ToolCall, ToolDefinition, TurnRequest
-from shelldon.core.manifest import code_hash
-from shelldon.core.selfcode import SelfCode
+from shelldon.toolbox.manifest import code_hash
+from shelldon.toolbox.toolbox import Toolbox
+from shelldon.worker.loop import run_turn
 from shelldon.worker.tools import context_from_settings, selfcoded
 from shelldon.worker.tools.registry import Registry, ToolContext, ToolSpec, execute_tool
 from shelldon.worker.tools.selfcoded import MODULE_PREFIX, discover, specs
-from shelldon.worker.worker import run_turn
 from tests.unit.worker.brain import ScriptedBrain, calls, catalogued, say
 from tests.unit.worker.brain import call as brain_call
 
@@ -50,7 +50,7 @@ def registry_with(ctx: ToolContext) -> Registry:
     return registry
 
 
-def promote(sc: SelfCode, name: str, code: str) -> None:
+def promote(sc: Toolbox, name: str, code: str) -> None:
     promote_tested(sc, name, code)
 
 
@@ -58,7 +58,7 @@ def call(registry: Registry, name: str, **args: object):
     return execute_tool(registry, ToolCall(f"c-{name}", name, dict(args)))
 
 
-def test_promoted_tool_is_free_and_callable_next_turn(sc: SelfCode, ctx: ToolContext) -> None:
+def test_promoted_tool_is_free_and_callable_next_turn(sc: Toolbox, ctx: ToolContext) -> None:
     promote_tested(sc, "adder", ADDER, ADDER_TEST)
     registry = registry_with(ctx)
     spec = registry.specs["adder"]
@@ -69,7 +69,7 @@ def test_promoted_tool_is_free_and_callable_next_turn(sc: SelfCode, ctx: ToolCon
     assert (result.ok, result.content) == (True, "42")
 
 
-def test_discovery_imports_nothing_until_a_call(sc: SelfCode, ctx: ToolContext) -> None:
+def test_discovery_imports_nothing_until_a_call(sc: Toolbox, ctx: ToolContext) -> None:
     marker = sc.toolbox.parent / "imported"
     promote(sc, "lazy", tool(head=f"open({str(marker)!r}, 'w').close()"))
     before = {m for m in sys.modules if m.startswith(MODULE_PREFIX + "lazy")}
@@ -80,7 +80,7 @@ def test_discovery_imports_nothing_until_a_call(sc: SelfCode, ctx: ToolContext) 
     assert marker.exists()
 
 
-def test_run_gets_only_the_models_arguments(sc: SelfCode, ctx: ToolContext) -> None:
+def test_run_gets_only_the_models_arguments(sc: Toolbox, ctx: ToolContext) -> None:
     code = (
         'DESCRIPTION = "echo"\n'
         'PARAMS_SCHEMA = {"type": "object", "properties": {"x": {"type": "integer"}}}\n'
@@ -92,7 +92,7 @@ def test_run_gets_only_the_models_arguments(sc: SelfCode, ctx: ToolContext) -> N
 
 
 def test_module_that_fails_to_import_is_a_strike_and_others_still_work(
-    sc: SelfCode, ctx: ToolContext
+    sc: Toolbox, ctx: ToolContext
 ) -> None:
     promote(sc, "adder", ADDER)
     promote(sc, "boom", tool(head="raise RuntimeError('broken at import')"))
@@ -105,7 +105,7 @@ def test_module_that_fails_to_import_is_a_strike_and_others_still_work(
     assert not any(m.startswith(MODULE_PREFIX + "boom") for m in sys.modules)
 
 
-def test_tool_that_raises_is_a_strike(sc: SelfCode, ctx: ToolContext) -> None:
+def test_tool_that_raises_is_a_strike(sc: Toolbox, ctx: ToolContext) -> None:
     promote(sc, "divider", tool(body="return str(1 / 0)"))
     registry = registry_with(ctx)
     result = call(registry, "divider")
@@ -114,7 +114,7 @@ def test_tool_that_raises_is_a_strike(sc: SelfCode, ctx: ToolContext) -> None:
 
 
 def test_module_whose_run_is_replaced_at_import_breaks_convention(
-    sc: SelfCode, ctx: ToolContext
+    sc: Toolbox, ctx: ToolContext
 ) -> None:
     promote(sc, "shifty", tool() + "run = 'not a function'\n")
     registry = registry_with(ctx)
@@ -123,7 +123,7 @@ def test_module_whose_run_is_replaced_at_import_breaks_convention(
     assert [f.name for f in registry.failures] == ["shifty"]
 
 
-def test_live_module_edited_after_approval_refuses_to_run(sc: SelfCode, ctx: ToolContext) -> None:
+def test_live_module_edited_after_approval_refuses_to_run(sc: Toolbox, ctx: ToolContext) -> None:
     promote(sc, "adder", ADDER)
     registry = registry_with(ctx)
     marker = sc.toolbox.parent / "ran"
@@ -136,7 +136,7 @@ def test_live_module_edited_after_approval_refuses_to_run(sc: SelfCode, ctx: Too
 
 @pytest.mark.parametrize("kind", ["symlink", "hard link", "fifo"])
 def test_a_live_file_that_is_a_link_or_special_file_is_never_read(
-    sc: SelfCode, ctx: ToolContext, tmp_path: Path, kind: str
+    sc: Toolbox, ctx: ToolContext, tmp_path: Path, kind: str
 ) -> None:
     promote(sc, "adder", ADDER)
     registry = registry_with(ctx)
@@ -155,7 +155,7 @@ def test_a_live_file_that_is_a_link_or_special_file_is_never_read(
 
 
 def test_an_approved_module_that_breaks_the_convention_is_reported_as_failure(
-    sc: SelfCode, ctx: ToolContext
+    sc: Toolbox, ctx: ToolContext
 ) -> None:
     promote(sc, "adder", ADDER)
     sc.promote("bad", "def run(:\n", expected_hash=code_hash("def run(:\n"))  # no gate here
@@ -166,7 +166,7 @@ def test_an_approved_module_that_breaks_the_convention_is_reported_as_failure(
 
 
 def test_a_tampered_tool_is_skipped_and_logged_without_a_strike(
-    sc: SelfCode, ctx: ToolContext, capsys: pytest.CaptureFixture[str]
+    sc: Toolbox, ctx: ToolContext, capsys: pytest.CaptureFixture[str]
 ) -> None:
     promote(sc, "adder", ADDER)
     (sc.live_dir / "adder.py").write_text(ADDER.replace("a + 1", "a + 2"))
@@ -178,7 +178,7 @@ def test_a_tampered_tool_is_skipped_and_logged_without_a_strike(
 
 
 def test_file_not_in_manifest_is_ignored(
-    sc: SelfCode, ctx: ToolContext, capsys: pytest.CaptureFixture[str]
+    sc: Toolbox, ctx: ToolContext, capsys: pytest.CaptureFixture[str]
 ) -> None:
     promote(sc, "adder", ADDER)
     (sc.live_dir / "smuggled.py").write_text(tool())
@@ -190,7 +190,7 @@ def test_file_not_in_manifest_is_ignored(
 
 @pytest.mark.parametrize("damage", ["missing", "corrupt", "wrong_shape", "old_format"])
 def test_an_unusable_manifest_offers_no_tool_at_all(
-    sc: SelfCode, ctx: ToolContext, damage: str, capsys: pytest.CaptureFixture[str]
+    sc: Toolbox, ctx: ToolContext, damage: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The old discovery fell back to an AST listing of whatever the directory held.
     promote(sc, "adder", ADDER)
@@ -211,7 +211,7 @@ def test_an_unusable_manifest_offers_no_tool_at_all(
 
 
 def test_manifest_entry_pointing_outside_tools_is_refused(
-    sc: SelfCode, ctx: ToolContext, tmp_path: Path
+    sc: Toolbox, ctx: ToolContext, tmp_path: Path
 ) -> None:
     outside = tmp_path / "evil.py"
     outside.write_text(tool())
@@ -233,7 +233,7 @@ def test_no_tools_dir_means_no_tools(ctx: ToolContext) -> None:
 @pytest.mark.parametrize(("mode", "fs"), [("off", "auto"), ("best-effort", "none")])
 def test_without_a_filesystem_layer_nothing_is_discovered(
     settings: Settings,
-    sc: SelfCode,
+    sc: Toolbox,
     mode: str,
     fs: str,
     capsys: pytest.CaptureFixture[str],
@@ -249,7 +249,7 @@ def test_without_a_filesystem_layer_nothing_is_discovered(
 
 
 def test_a_tool_refuses_to_run_in_a_process_without_its_filesystem_layer(
-    settings: Settings, sc: SelfCode
+    settings: Settings, sc: Toolbox
 ) -> None:
     # This test's own process is not confined: a worker whose layer failed to apply, or a
     # resumed worker before its approved call is done, is in the same position.
@@ -261,7 +261,7 @@ def test_a_tool_refuses_to_run_in_a_process_without_its_filesystem_layer(
 
 
 def test_quarantined_tool_disappears_and_restored_tool_returns(
-    sc: SelfCode, ctx: ToolContext
+    sc: Toolbox, ctx: ToolContext
 ) -> None:
     promote(sc, "adder", ADDER)
     sc.quarantine("adder", "three strikes")
@@ -271,7 +271,7 @@ def test_quarantined_tool_disappears_and_restored_tool_returns(
 
 
 def test_a_quarantined_tool_is_never_in_the_catalogue_nor_callable(
-    settings: Settings, sc: SelfCode, ctx: ToolContext
+    settings: Settings, sc: Toolbox, ctx: ToolContext
 ) -> None:
     # The catalogue is built from discovery: a quarantined tool is not in the manifest, so the
     # model neither sees it listed nor can load it or call it by name.
@@ -297,7 +297,7 @@ def test_a_quarantined_tool_is_never_in_the_catalogue_nor_callable(
     assert "adder" not in {t.name for t in brain.jobs[1].tools}
 
 
-def test_builtin_wins_a_name_collision(sc: SelfCode, ctx: ToolContext) -> None:
+def test_builtin_wins_a_name_collision(sc: Toolbox, ctx: ToolContext) -> None:
     promote(sc, "read_file", tool(body="return 'self-coded'"))
     registry = Registry(ctx)
     builtin = ToolDefinition("read_file", "built-in", {"type": "object", "properties": {}})
@@ -307,18 +307,14 @@ def test_builtin_wins_a_name_collision(sc: SelfCode, ctx: ToolContext) -> None:
     assert not registry.specs["read_file"].self_coded
 
 
-def test_replaced_tool_runs_the_new_code_in_the_same_process(
-    sc: SelfCode, ctx: ToolContext
-) -> None:
+def test_replaced_tool_runs_the_new_code_in_the_same_process(sc: Toolbox, ctx: ToolContext) -> None:
     promote(sc, "adder", ADDER)
     assert call(registry_with(ctx), "adder", a=1).content == "2"
     promote_tested(sc, "adder", ADDER.replace("a + 1", "a + 2"), replace=True)
     assert call(registry_with(ctx), "adder", a=1).content == "3"
 
 
-def test_unchanged_toolbox_is_reused_and_any_change_rebuilds(
-    sc: SelfCode, ctx: ToolContext
-) -> None:
+def test_unchanged_toolbox_is_reused_and_any_change_rebuilds(sc: Toolbox, ctx: ToolContext) -> None:
     promote(sc, "adder", ADDER)
     first = specs(ctx)
     assert specs(ctx)[0] is first[0]  # same manifest bytes, same files: nothing rebuilt
@@ -330,7 +326,7 @@ def test_unchanged_toolbox_is_reused_and_any_change_rebuilds(
     assert specs(ctx)[0] is not second[0]
 
 
-def test_worker_forked_after_discovery_inherits_the_result(sc: SelfCode, ctx: ToolContext) -> None:
+def test_worker_forked_after_discovery_inherits_the_result(sc: Toolbox, ctx: ToolContext) -> None:
     promote(sc, "adder", ADDER)
     parent = specs(ctx)
     read_end, write_end = os.pipe()

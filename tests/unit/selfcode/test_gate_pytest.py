@@ -17,9 +17,9 @@ import pytest
 
 from shelldon.config import Settings
 from shelldon.contracts import ToolCall
-from shelldon.core import sandbox
-from shelldon.core.history import Store
-from shelldon.core.selfcode import SelfCode
+from shelldon.proc import sandbox
+from shelldon.store import Store
+from shelldon.toolbox.toolbox import Toolbox
 from shelldon.worker.tools import context_from_settings
 from shelldon.worker.tools.registry import Registry, execute_tool
 from shelldon.worker.tools.selfcoded import discover
@@ -55,23 +55,23 @@ def gone_soon(pgid: int) -> bool:
 
 
 @pytest.fixture
-def sc(settings: Settings, store: Store) -> SelfCode:
+def sc(settings: Settings, store: Store) -> Toolbox:
     """Default limits (30 s gate timeout): a loaded CI machine must not turn passes into fails."""
-    return SelfCode(settings.toolbox, store, settings.limits)
+    return Toolbox(settings.toolbox, store, settings.limits)
 
 
 @pytest.fixture
-def quick(settings: Settings, store: Store) -> SelfCode:
+def quick(settings: Settings, store: Store) -> Toolbox:
     """A 3 s gate timeout, for the tests that are about the timeout."""
     limits = dataclasses.replace(settings.limits, gate_timeout_s=3.0)
-    return SelfCode(settings.toolbox, store, limits)
+    return Toolbox(settings.toolbox, store, limits)
 
 
-def gate(sc: SelfCode, stem: str, code: str, test: str):
+def gate(sc: Toolbox, stem: str, code: str, test: str):
     return sc.run_gate(sc.stage(stem, code, test))
 
 
-def test_passing_tool_passes_the_gate(sc: SelfCode) -> None:
+def test_passing_tool_passes_the_gate(sc: Toolbox) -> None:
     report = gate(sc, "adder", ADDER, ADDER_TEST)
     assert report.passed, report
     assert report.findings == ()
@@ -82,7 +82,7 @@ def test_passing_tool_passes_the_gate(sc: SelfCode) -> None:
     assert list(sc.staging_dir.iterdir()) == []
 
 
-def test_failing_test_fails_the_gate_and_removes_its_directory(sc: SelfCode) -> None:
+def test_failing_test_fails_the_gate_and_removes_its_directory(sc: Toolbox) -> None:
     report = gate(sc, "adder", ADDER, ADDER_TEST.replace('== "2"', '== "3"'))
     assert not report.passed
     assert any("failed in test_adder.py" in f for f in report.findings)
@@ -91,7 +91,7 @@ def test_failing_test_fails_the_gate_and_removes_its_directory(sc: SelfCode) -> 
 
 
 def test_test_that_sleeps_forever_is_killed_with_its_whole_group(
-    quick: SelfCode, tmp_path: Path
+    quick: Toolbox, tmp_path: Path
 ) -> None:
     sc = quick
     # The sandboxed gate may write only in its own staging dir, which goes with the gate:
@@ -131,7 +131,7 @@ def test_test_that_sleeps_forever_is_killed_with_its_whole_group(
     assert not staged.directory.exists()
 
 
-def test_test_that_allocates_2_gb_fails_on_the_memory_limit(sc: SelfCode) -> None:
+def test_test_that_allocates_2_gb_fails_on_the_memory_limit(sc: Toolbox) -> None:
     code = tool(body="return str(len(bytearray(2 * 1024**3)))")
     report = gate(sc, "hog", code, calling_test("hog", "assert run() == str(2 * 1024**3)"))
     assert not report.passed
@@ -139,34 +139,34 @@ def test_test_that_allocates_2_gb_fails_on_the_memory_limit(sc: SelfCode) -> Non
     assert not report.timed_out
 
 
-def test_test_file_with_no_tests_fails(sc: SelfCode) -> None:
+def test_test_file_with_no_tests_fails(sc: Toolbox) -> None:
     report = gate(sc, "adder", ADDER, "from adder import run\n")
     assert not report.passed
     assert any("collected no tests" in f for f in report.findings)
 
 
-def test_only_skipped_tests_fail(sc: SelfCode) -> None:
+def test_only_skipped_tests_fail(sc: Toolbox) -> None:
     test = "import pytest\n" + ADDER_TEST.replace("def test", "@pytest.mark.skip\ndef test")
     report = gate(sc, "adder", ADDER, test)
     assert not report.passed
     assert any("was skipped" in f for f in report.findings)
 
 
-def test_passing_test_that_never_calls_run_fails(sc: SelfCode) -> None:
+def test_passing_test_that_never_calls_run_fails(sc: Toolbox) -> None:
     test = "import adder\n\n\ndef test_description():\n    assert adder.DESCRIPTION\n"
     report = gate(sc, "adder", ADDER, test)
     assert not report.passed
     assert any("called adder.run" in f for f in report.findings)
 
 
-def test_nested_function_named_run_does_not_count_as_the_tool(sc: SelfCode) -> None:
+def test_nested_function_named_run_does_not_count_as_the_tool(sc: Toolbox) -> None:
     code = tool(head="def helper():\n    def run():\n        return 1\n    return run()\n")
     test = "import decoy\n\n\ndef test_helper():\n    assert decoy.helper() == 1\n"
     report = gate(sc, "decoy", code, test)
     assert any("called decoy.run" in f for f in report.findings)
 
 
-def test_unittest_style_test_that_calls_run_passes(sc: SelfCode) -> None:
+def test_unittest_style_test_that_calls_run_passes(sc: Toolbox) -> None:
     test = (
         "import unittest\nfrom adder import run\n\n\n"
         "class AdderTest(unittest.TestCase):\n"
@@ -175,20 +175,20 @@ def test_unittest_style_test_that_calls_run_passes(sc: SelfCode) -> None:
     assert gate(sc, "adder", ADDER, test).passed
 
 
-def test_collection_error_is_explained(sc: SelfCode) -> None:
+def test_collection_error_is_explained(sc: Toolbox) -> None:
     report = gate(sc, "adder", ADDER, "import no_such_module_here\n" + ADDER_TEST)
     assert not report.passed
     assert any("could not be collected" in f for f in report.findings)
     assert "no_such_module_here" in report.output
 
 
-def test_process_exit_from_the_test_fails(sc: SelfCode) -> None:
+def test_process_exit_from_the_test_fails(sc: Toolbox) -> None:
     report = gate(sc, "adder", ADDER, ADDER_TEST + "    import os\n    os._exit(0)\n")
     assert not report.passed
     assert any("without its summary" in f for f in report.findings)
 
 
-def test_huge_output_is_capped(sc: SelfCode, settings: Settings) -> None:
+def test_huge_output_is_capped(sc: Toolbox, settings: Settings) -> None:
     body = "print('x' * 2_000_000)\n    assert False"
     report = gate(sc, "adder", ADDER, calling_test("adder", body).replace("run()", "run(a=1)"))
     assert not report.passed
@@ -198,7 +198,7 @@ def test_huge_output_is_capped(sc: SelfCode, settings: Settings) -> None:
 
 
 def test_gate_child_sees_no_secrets_and_runs_bounded(
-    sc: SelfCode, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    sc: Toolbox, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-not-real")
     monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:not-real")
@@ -224,7 +224,7 @@ def test_gate_child_sees_no_secrets_and_runs_bounded(
     assert report.passed, report.output
 
 
-def test_project_config_and_conftests_do_not_leak_in(sc: SelfCode, settings: Settings) -> None:
+def test_project_config_and_conftests_do_not_leak_in(sc: Toolbox, settings: Settings) -> None:
     ws = settings.workspace
     for where in (sc.staging_dir, sc.toolbox):
         (where / "conftest.py").write_text("raise SystemExit('conftest must not load')\n")
@@ -236,7 +236,7 @@ def test_project_config_and_conftests_do_not_leak_in(sc: SelfCode, settings: Set
     assert report.passed, report.output
 
 
-def test_start_gate_does_not_block_and_kill_stops_the_group(sc: SelfCode) -> None:
+def test_start_gate_does_not_block_and_kill_stops_the_group(sc: Toolbox) -> None:
     test = calling_test("slow", "import time\n    time.sleep(1000)")
     started = time.monotonic()
     run = sc.start_gate(sc.stage("slow", tool(), test))
@@ -253,7 +253,7 @@ def test_start_gate_does_not_block_and_kill_stops_the_group(sc: SelfCode) -> Non
     assert list(sc.staging_dir.iterdir()) == []
 
 
-def test_computed_import_is_shown_for_the_owner(sc: SelfCode) -> None:
+def test_computed_import_is_shown_for_the_owner(sc: Toolbox) -> None:
     code = tool(body="return __import__(kwargs.get('m', 'json')).__name__")
     report = gate(sc, "dyn", code, calling_test("dyn", "assert run() == 'json'"))
     assert report.passed, report.output
@@ -265,7 +265,7 @@ def test_child_that_escapes_the_group_does_not_hang_the_gate(
     settings: Settings, store: Store, tmp_path: Path
 ) -> None:
     limits = dataclasses.replace(settings.limits, gate_timeout_s=10.0)
-    sc = SelfCode(settings.toolbox, store, limits)
+    sc = Toolbox(settings.toolbox, store, limits)
     # The gate returns on time, and where the gate run has a PID namespace of its own (see
     # sandbox.pidns) the escapee ends with it, cgroup or not.
     seconds = f"{700 + time.time_ns() % 10**6 / 10**7:.7f}"  # finds it from outside
@@ -294,7 +294,7 @@ def test_child_that_escapes_the_group_does_not_hang_the_gate(
             os.kill(pid, 9)
 
 
-def test_tests_may_use_tmp_path_and_tmpdir(sc: SelfCode) -> None:
+def test_tests_may_use_tmp_path_and_tmpdir(sc: Toolbox) -> None:
     test = (
         "from files import run\n\n\n"
         "def test_a(tmp_path):\n    (tmp_path / 'x').write_text(run())\n"
@@ -307,7 +307,7 @@ def test_tests_may_use_tmp_path_and_tmpdir(sc: SelfCode) -> None:
 
 
 def test_story_propose_gate_promote_call_quarantine_restore(
-    sc: SelfCode, settings: Settings
+    sc: Toolbox, settings: Settings
 ) -> None:
     staged = sc.stage("adder", ADDER, ADDER_TEST)
     report = sc.run_gate(staged)

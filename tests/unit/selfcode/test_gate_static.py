@@ -13,8 +13,8 @@ import ast
 
 import pytest
 
-from shelldon.core.gate_scan import scan_imports, static_checks
-from shelldon.core.manifest import read_declaration
+from shelldon.toolbox.gate_scan import scan_imports, static_checks
+from shelldon.toolbox.manifest import read_declaration
 
 from .samples import ADDER, ADDER_TEST, tool
 
@@ -34,7 +34,7 @@ def scan(src: str):
         "from ollama import chat",
         "from anthropic.types import Message",
         "import shelldon",
-        "from shelldon.core import selfcode",
+        "from shelldon.toolbox import toolbox",
         "import shelldon.secrets",
         "def f():\n    import openai",
         "try:\n    import anthropic\nexcept ImportError:\n    pass",

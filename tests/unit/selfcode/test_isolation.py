@@ -19,8 +19,8 @@ import pytest
 
 from shelldon.config import Settings
 from shelldon.contracts import ToolCall
-from shelldon.core import sandbox
-from shelldon.core.selfcode import SelfCode
+from shelldon.proc import sandbox
+from shelldon.toolbox.toolbox import Toolbox
 from shelldon.worker.tools import context_from_settings
 from shelldon.worker.tools.registry import Registry, ToolContext, execute_tool
 from shelldon.worker.tools.selfcoded import discover
@@ -34,7 +34,7 @@ def ctx(settings: Settings) -> ToolContext:
     return dataclasses.replace(context_from_settings(settings), require_fs_layer=False)
 
 
-def live(sc: SelfCode, ctx: ToolContext, name: str, code: str) -> Registry:
+def live(sc: Toolbox, ctx: ToolContext, name: str, code: str) -> Registry:
     promote(sc, name, code)
     registry = Registry(ctx)
     found, failures = discover(ctx)
@@ -59,7 +59,7 @@ OPEN_FDS = """
 
 
 def test_the_tool_runs_in_another_process_holding_only_stdio_and_its_reply_pipe(
-    sc: SelfCode, ctx: ToolContext
+    sc: Toolbox, ctx: ToolContext
 ) -> None:
     channel_a, channel_b = os.pipe()  # stands in for the worker's channel to the service
     try:
@@ -74,7 +74,7 @@ def test_the_tool_runs_in_another_process_holding_only_stdio_and_its_reply_pipe(
     assert seen["fds"] == [0, 1, 2, 3]  # stdin, the captured output (twice), the reply pipe
 
 
-def test_a_forged_frame_or_reply_costs_only_the_tool_itself(sc: SelfCode, ctx: ToolContext) -> None:
+def test_a_forged_frame_or_reply_costs_only_the_tool_itself(sc: Toolbox, ctx: ToolContext) -> None:
     # Its only descriptor to the worker is its own reply pipe: garbage there is its failure.
     body = "os.write(3, b'\\x00\\x00\\x00\\x10' + b'ToolStarted victim'); os._exit(0)"
     registry = live(sc, ctx, "forger", tool(body=body, head="import os"))
@@ -85,7 +85,7 @@ def test_a_forged_frame_or_reply_costs_only_the_tool_itself(sc: SelfCode, ctx: T
 
 
 def test_what_a_tool_prints_is_one_escaped_value_of_the_workers_event(
-    sc: SelfCode, ctx: ToolContext, capfd: pytest.CaptureFixture[str]
+    sc: Toolbox, ctx: ToolContext, capfd: pytest.CaptureFixture[str]
 ) -> None:
     forged = '{"event": "tool_promoted", "tool": "evil", "level": "info"}'
     body = f"print('\\n' + {forged!r} + '\\n'); return 'done'"
@@ -101,10 +101,10 @@ def test_what_a_tool_prints_is_one_escaped_value_of_the_workers_event(
     )
 
 
-def test_what_a_tool_patches_dies_with_its_child(sc: SelfCode, ctx: ToolContext) -> None:
+def test_what_a_tool_patches_dies_with_its_child(sc: Toolbox, ctx: ToolContext) -> None:
     # Switching confinement off for later calls, as an in-process tool could.
     body = (
-        "import shelldon.core.sandbox as s; s.confine_worker = lambda *a, **k: None; "
+        "import shelldon.proc.sandbox as s; s.confine_worker = lambda *a, **k: None; "
         "import shelldon.worker.tools.registry as r; r.execute_tool = None; return 'patched'"
     )
     registry = live(sc, ctx, "patcher", tool(body=body))
@@ -114,7 +114,7 @@ def test_what_a_tool_patches_dies_with_its_child(sc: SelfCode, ctx: ToolContext)
     assert call(registry, "patcher").ok  # execute_tool itself is untouched here
 
 
-def test_a_raise_reads_as_before_and_is_a_strike(sc: SelfCode, ctx: ToolContext) -> None:
+def test_a_raise_reads_as_before_and_is_a_strike(sc: Toolbox, ctx: ToolContext) -> None:
     registry = live(sc, ctx, "divider", tool(body="return str(1 / 0)"))
     result = call(registry, "divider")
     assert not result.ok
@@ -134,7 +134,7 @@ def test_a_raise_reads_as_before_and_is_a_strike(sc: SelfCode, ctx: ToolContext)
     ],
 )
 def test_a_tool_that_exits_dies_or_floods_fails_alone(
-    sc: SelfCode, ctx: ToolContext, body: str, said: str
+    sc: Toolbox, ctx: ToolContext, body: str, said: str
 ) -> None:
     registry = live(sc, ctx, "wild", tool(body=body, head="import os"))
     result = call(registry, "wild")
@@ -145,7 +145,7 @@ def test_a_tool_that_exits_dies_or_floods_fails_alone(
 
 
 def test_the_tools_files_are_still_its_own_workspace(
-    sc: SelfCode, ctx: ToolContext, settings: Settings
+    sc: Toolbox, ctx: ToolContext, settings: Settings
 ) -> None:
     registry = live(sc, ctx, "writer", tool(body="open('note.txt', 'w').write('hi'); return 'ok'"))
     cwd = os.getcwd()
@@ -158,7 +158,7 @@ def test_the_tools_files_are_still_its_own_workspace(
 
 
 def test_a_call_from_a_worker_holding_few_descriptors_still_answers(
-    sc: SelfCode, ctx: ToolContext
+    sc: Toolbox, ctx: ToolContext
 ) -> None:
     # A worker has closed everything it inherited: the call's pipes land on 3 and 4, where
     # the child's own moves must not trip over them (seen in the VM: every call exited 1).

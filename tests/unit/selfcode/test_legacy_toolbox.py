@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 from shelldon.config import Settings
-from shelldon.core.history import Store
-from shelldon.core.legacy_toolbox import migrate_legacy_toolbox, prepare_toolbox
-from shelldon.core.manifest import code_hash, read_manifest
-from shelldon.core.selfcode import SelfCode
+from shelldon.store import Store
+from shelldon.toolbox.legacy import migrate_legacy_toolbox, prepare_toolbox
+from shelldon.toolbox.manifest import code_hash, read_manifest
+from shelldon.toolbox.toolbox import Toolbox
 from tests.unit.toolbox.archives import shelldon
 
 from .samples import ADDER, ADDER_TEST, tool
@@ -59,7 +59,7 @@ def old_home(settings: Settings, store: Store) -> Path:
 
 
 def test_only_the_code_the_audit_log_approved_is_carried_over(
-    settings: Settings, store: Store, sc: SelfCode
+    settings: Settings, store: Store, sc: Toolbox
 ) -> None:
     ws = old_home(settings, store)
     report = migrate_legacy_toolbox(ws, sc)
@@ -88,7 +88,7 @@ def test_only_the_code_the_audit_log_approved_is_carried_over(
 
 
 def test_moving_runs_once_and_an_untouched_home_is_left_alone(
-    settings: Settings, store: Store, sc: SelfCode
+    settings: Settings, store: Store, sc: Toolbox
 ) -> None:
     assert not migrate_legacy_toolbox(settings.workspace, sc).moved_anything
     ws = old_home(settings, store)
@@ -99,7 +99,7 @@ def test_moving_runs_once_and_an_untouched_home_is_left_alone(
 
 
 def test_a_parked_promotion_whose_staged_file_changed_keeps_no_bytes(
-    settings: Settings, store: Store, sc: SelfCode
+    settings: Settings, store: Store, sc: Toolbox
 ) -> None:
     ws = old_home(settings, store)
     (ws / "tools-staging" / "pending.py").write_text(tool(body="return 'swapped'"))

@@ -1,4 +1,4 @@
-"""The toolbox's lifecycle in ``SelfCode`` (issue 20, point 5): a retired tool's approval goes
+"""The toolbox's lifecycle in ``Toolbox`` (issue 20, point 5): a retired tool's approval goes
 first, so discovery drops it at once, and its file and kept test are archived together; a
 replacement is measured against the approved version and never touches it before promotion,
 and a promotion shown as a diff against one version is refused once the tool is another.
@@ -17,9 +17,9 @@ import pytest
 
 from shelldon.config import Settings
 from shelldon.contracts import ToolCall
-from shelldon.core.manifest import code_hash, read_manifest
-from shelldon.core.selfcode import SelfCode, SelfCodeError
-from shelldon.core.tooldiff import replacement_diff, replaces_line
+from shelldon.toolbox.diff import replacement_diff, replaces_line
+from shelldon.toolbox.manifest import code_hash, read_manifest
+from shelldon.toolbox.toolbox import Toolbox, ToolboxError
 from shelldon.worker.tools import context_from_settings
 from shelldon.worker.tools.registry import Registry, ToolContext, execute_tool
 from shelldon.worker.tools.selfcoded import discover
@@ -39,7 +39,7 @@ def live_registry(settings: Settings) -> Registry:
 
 
 def test_retire_withdraws_the_approval_and_archives_code_and_test(
-    sc: SelfCode, settings: Settings
+    sc: Toolbox, settings: Settings
 ) -> None:
     promote(sc, "adder", ADDER, ADDER_TEST)
     assert "adder" in live_registry(settings).specs
@@ -57,7 +57,7 @@ def test_retire_withdraws_the_approval_and_archives_code_and_test(
     assert sc.tampered() == ()
 
 
-def test_a_quarantined_tool_can_be_retired_with_its_note(sc: SelfCode) -> None:
+def test_a_quarantined_tool_can_be_retired_with_its_note(sc: Toolbox) -> None:
     promote(sc, "adder", ADDER, ADDER_TEST)
     sc.quarantine("adder", "3 strikes")
     retired = sc.retire("adder")
@@ -66,14 +66,14 @@ def test_a_quarantined_tool_can_be_retired_with_its_note(sc: SelfCode) -> None:
     assert sc.quarantined() == () and not list(sc.quarantine_dir.iterdir())
 
 
-def test_retire_refuses_what_is_not_a_tool(sc: SelfCode) -> None:
-    with pytest.raises(SelfCodeError, match="no live or quarantined tool named 'ghost'"):
+def test_retire_refuses_what_is_not_a_tool(sc: Toolbox) -> None:
+    with pytest.raises(ToolboxError, match="no live or quarantined tool named 'ghost'"):
         sc.retire("ghost")
-    with pytest.raises(SelfCodeError):
+    with pytest.raises(ToolboxError):
         sc.retire("../live/adder")
 
 
-def test_a_retired_name_can_be_proposed_afresh(sc: SelfCode) -> None:
+def test_a_retired_name_can_be_proposed_afresh(sc: Toolbox) -> None:
     promote(sc, "adder", ADDER, ADDER_TEST)
     sc.retire("adder")
     promote(sc, "adder", ADDER2, ADDER2_TEST)
@@ -81,9 +81,9 @@ def test_a_retired_name_can_be_proposed_afresh(sc: SelfCode) -> None:
     assert len(list(sc.retired_dir.iterdir())) == 1
 
 
-def test_a_replacement_is_measured_against_the_approved_version(sc: SelfCode) -> None:
+def test_a_replacement_is_measured_against_the_approved_version(sc: Toolbox) -> None:
     assert sc.replacement_base("adder", "") is None
-    with pytest.raises(SelfCodeError, match="no tool named 'adder' to replace"):
+    with pytest.raises(ToolboxError, match="no tool named 'adder' to replace"):
         sc.replacement_base("adder", "adder")
     promote(sc, "adder", ADDER, ADDER_TEST)
     base = sc.replacement_base("adder", "adder")
@@ -93,19 +93,19 @@ def test_a_replacement_is_measured_against_the_approved_version(sc: SelfCode) ->
         ADDER_TEST.encode(),
         code_hash(ADDER),
     )
-    with pytest.raises(SelfCodeError, match="keeps its tool's name"):
+    with pytest.raises(ToolboxError, match="keeps its tool's name"):
         sc.replacement_base("evil_twin", "adder")
 
 
-def test_a_tampered_tool_has_nothing_to_diff_against(sc: SelfCode) -> None:
+def test_a_tampered_tool_has_nothing_to_diff_against(sc: Toolbox) -> None:
     promote(sc, "adder", ADDER, ADDER_TEST)
     (sc.live_dir / "adder.py").write_text(ADDER2)
     assert sc.live_source("adder") is None
-    with pytest.raises(SelfCodeError, match="not the code the owner approved"):
+    with pytest.raises(ToolboxError, match="not the code the owner approved"):
         sc.replacement_base("adder", "adder")
 
 
-def test_staging_a_replacement_leaves_the_live_tool_as_it_is(sc: SelfCode) -> None:
+def test_staging_a_replacement_leaves_the_live_tool_as_it_is(sc: Toolbox) -> None:
     live = promote(sc, "adder", ADDER, ADDER_TEST)
     before = os.stat(live)
     staged = sc.stage("adder", ADDER2, ADDER2_TEST, replace=True)
@@ -115,12 +115,12 @@ def test_staging_a_replacement_leaves_the_live_tool_as_it_is(sc: SelfCode) -> No
     assert live.read_text() == ADDER and sc.approved_hash("adder") == code_hash(ADDER)
 
 
-def test_a_promotion_diffed_against_another_version_is_refused(sc: SelfCode) -> None:
+def test_a_promotion_diffed_against_another_version_is_refused(sc: Toolbox) -> None:
     promote(sc, "adder", ADDER, ADDER_TEST)
     old = sc.approved_hash("adder")
     staged = sc.stage("adder", ADDER2, ADDER2_TEST, replace=True)
     sc.retire("adder")
-    with pytest.raises(SelfCodeError, match="changed since you were shown"):
+    with pytest.raises(ToolboxError, match="changed since you were shown"):
         sc.promote("adder", staged.code, expected_hash=staged.code_hash, replace=True,
                    replaces_hash=old)  # fmt: skip
     assert sc.store.approved_tool("adder") is None
@@ -151,7 +151,7 @@ def test_the_card_line_names_when_the_live_version_was_approved() -> None:
     assert "quarantined" in replaces_line("adder", 0.0, "quarantined")
 
 
-def test_the_toolbox_has_a_private_retired_directory(sc: SelfCode, settings: Settings) -> None:
+def test_the_toolbox_has_a_private_retired_directory(sc: Toolbox, settings: Settings) -> None:
     assert sc.retired_dir == settings.home / "toolbox" / "retired"
     assert sc.retired_dir.stat().st_mode & 0o777 == 0o700
     assert not sc.retired_dir.resolve().is_relative_to(Path(settings.workspace).resolve())

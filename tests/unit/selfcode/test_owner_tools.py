@@ -7,14 +7,14 @@ from __future__ import annotations
 import dataclasses
 
 from shelldon.config import SandboxSettings, Settings
-from shelldon.core.history import Store
-from shelldon.core.owner_commands import restore_tool, tools_text
-from shelldon.core.selfcode import SelfCode
+from shelldon.rules.owner_commands import restore_tool, tools_text
+from shelldon.store import Store
+from shelldon.toolbox.toolbox import Toolbox
 
 from .samples import ADDER, promote, tool
 
 
-def test_tools_names_a_tampered_tool_and_never_lists_it_live(sc: SelfCode, store: Store) -> None:
+def test_tools_names_a_tampered_tool_and_never_lists_it_live(sc: Toolbox, store: Store) -> None:
     promote(sc, "adder", ADDER)
     promote(sc, "other", tool())
     (sc.live_dir / "adder.py").write_text(ADDER.replace("a + 1", "a + 2"))
@@ -23,7 +23,7 @@ def test_tools_names_a_tampered_tool_and_never_lists_it_live(sc: SelfCode, store
     assert "adder (its code is not what the owner approved)" in text
 
 
-def test_restore_of_a_tampered_quarantined_tool_is_refused(sc: SelfCode, store: Store) -> None:
+def test_restore_of_a_tampered_quarantined_tool_is_refused(sc: Toolbox, store: Store) -> None:
     promote(sc, "adder", ADDER)
     sc.quarantine("adder", "3 strikes")
     (sc.quarantine_dir / "adder.py").write_text(ADDER.replace("a + 1", "a + 2"))
@@ -36,5 +36,5 @@ def test_restore_of_a_tampered_quarantined_tool_is_refused(sc: SelfCode, store: 
 
 def test_tools_says_why_self_coded_tools_are_off(settings: Settings, store: Store) -> None:
     bare = dataclasses.replace(settings, sandbox=SandboxSettings(mode="off"))
-    text = tools_text(store, SelfCode.from_settings(bare, store))
+    text = tools_text(store, Toolbox.from_settings(bare, store))
     assert "⚠️ Self-coded tools are off: [sandbox] mode = off confines nothing" in text

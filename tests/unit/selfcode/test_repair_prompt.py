@@ -9,8 +9,8 @@ the frame followed by instructions; a right-to-left override that reorders what 
 from __future__ import annotations
 
 from shelldon.config import LimitsSettings
-from shelldon.core.history import RepairOffer
-from shelldon.core.repair import capped_report, offers_repair, repair_prompt, repair_record
+from shelldon.rules.repair import capped_report, offers_repair, repair_prompt, repair_record
+from shelldon.store import RepairOffer
 
 LIMITS = LimitsSettings(repair_report_chars=400, repair_code_chars=300)
 HOSTILE = (

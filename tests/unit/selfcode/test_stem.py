@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shelldon.core.selfcode import StemError, normalize_stem
+from shelldon.toolbox.toolbox import StemError, normalize_stem
 
 
 @pytest.mark.parametrize(

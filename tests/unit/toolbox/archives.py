@@ -10,7 +10,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from shelldon.core.manifest import code_hash
+from shelldon.toolbox.manifest import code_hash
 from tests.unit.selfcode.samples import ADDER, ADDER_TEST
 
 

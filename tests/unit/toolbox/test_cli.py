@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from shelldon.config import Settings
-from shelldon.core.history import Store
-from shelldon.core.manifest import code_hash
-from shelldon.core.selfcode import SelfCode
+from shelldon.store import Store
+from shelldon.toolbox.manifest import code_hash
+from shelldon.toolbox.toolbox import Toolbox
 from tests.unit.selfcode.samples import ADDER, ADDER_TEST, calling_test, promote, tool
 from tests.unit.toolbox.archives import adder_members, regular, shelldon, write_tar
 
@@ -20,21 +20,21 @@ FLAKY = tool("Fails a lot.", "raise RuntimeError('boom')")
 
 
 @pytest.fixture
-def sc(settings: Settings, store: Store) -> SelfCode:
-    sc = SelfCode.from_settings(settings, store)
+def sc(settings: Settings, store: Store) -> Toolbox:
+    sc = Toolbox.from_settings(settings, store)
     for name, code, test in (("adder", ADDER, ADDER_TEST), ("flaky", FLAKY, calling_test("flaky"))):
         promote(sc, name, code, test)
     return sc
 
 
-def quarantine_flaky(settings: Settings, sc: SelfCode) -> None:
+def quarantine_flaky(settings: Settings, sc: Toolbox) -> None:
     for _ in range(3):
         sc.store.strike("flaky", "RuntimeError: boom", time.time())
     sc.quarantine("flaky", "failed 3 times: RuntimeError: boom")
 
 
 def test_list_shows_live_staged_and_quarantined_tools_with_strikes(
-    settings: Settings, sc: SelfCode
+    settings: Settings, sc: Toolbox
 ) -> None:
     quarantine_flaky(settings, sc)
     doubler = tool("Double.").encode()
@@ -57,7 +57,7 @@ def test_list_shows_live_staged_and_quarantined_tools_with_strikes(
 
 
 def test_list_and_show_report_tampered_files_which_never_run(
-    settings: Settings, sc: SelfCode
+    settings: Settings, sc: Toolbox
 ) -> None:
     # A live file overwritten after its approval, and a module nobody approved.
     (sc.live_dir / "adder.py").write_text(ADDER.replace("a + 1", "a + 1000"))
@@ -74,7 +74,7 @@ def test_list_and_show_report_tampered_files_which_never_run(
     assert f"approved code hash: sha256:{code_hash(ADDER)}" in shown.stdout
 
 
-def test_bare_tools_lists_too(settings: Settings, sc: SelfCode) -> None:
+def test_bare_tools_lists_too(settings: Settings, sc: Toolbox) -> None:
     result = shelldon(settings.home, "tools")
     assert result.returncode == 0
     assert result.stdout.startswith("NAME")
@@ -87,7 +87,7 @@ def test_list_on_a_fresh_home_says_there_are_none(settings: Settings) -> None:
 
 
 def test_show_prints_code_description_schema_hash_and_strikes(
-    settings: Settings, sc: SelfCode
+    settings: Settings, sc: Toolbox
 ) -> None:
     result = shelldon(settings.home, "tools", "show", "adder")
     assert result.returncode == 0, result.stderr
@@ -101,7 +101,7 @@ def test_show_prints_code_description_schema_hash_and_strikes(
     assert "toolbox/tests/test_adder.py" in out
 
 
-def test_show_finds_a_quarantined_tool_with_its_reason(settings: Settings, sc: SelfCode) -> None:
+def test_show_finds_a_quarantined_tool_with_its_reason(settings: Settings, sc: Toolbox) -> None:
     quarantine_flaky(settings, sc)
     result = shelldon(settings.home, "tools", "show", "flaky")
     assert result.returncode == 0
@@ -111,7 +111,7 @@ def test_show_finds_a_quarantined_tool_with_its_reason(settings: Settings, sc: S
 
 
 def test_show_of_an_unknown_tool_fails_with_the_known_names(
-    settings: Settings, sc: SelfCode
+    settings: Settings, sc: Toolbox
 ) -> None:
     result = shelldon(settings.home, "tools", "show", "nope")
     assert result.returncode == 1
@@ -126,7 +126,7 @@ def test_show_of_a_malformed_name_is_a_usage_error(settings: Settings) -> None:
 
 
 def test_restore_brings_a_quarantined_tool_back_with_strikes_reset(
-    settings: Settings, sc: SelfCode
+    settings: Settings, sc: Toolbox
 ) -> None:
     quarantine_flaky(settings, sc)
     result = shelldon(settings.home, "tools", "restore", "flaky")
@@ -140,7 +140,7 @@ def test_restore_brings_a_quarantined_tool_back_with_strikes_reset(
         ]
 
 
-def test_restore_of_a_tool_that_is_not_quarantined_fails(settings: Settings, sc: SelfCode) -> None:
+def test_restore_of_a_tool_that_is_not_quarantined_fails(settings: Settings, sc: Toolbox) -> None:
     result = shelldon(settings.home, "tools", "restore", "adder")
     assert result.returncode == 1
     assert "adder is not quarantined" in result.stderr

@@ -10,21 +10,14 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from shelldon.cli.tools import list_text, printable, show_text, terminal_ask, tool_rows
 from shelldon.config import Settings
-from shelldon.core.gate import GateReport
-from shelldon.core.history import Store
-from shelldon.core.manifest import code_hash
-from shelldon.core.selfcode import SelfCode
-from shelldon.toolbox import (
-    ArchivedTool,
-    Outcome,
-    import_tools,
-    list_text,
-    read_archive,
-    show_text,
-    tool_rows,
-)
-from shelldon.toolbox.commands import printable, terminal_ask
+from shelldon.store import Store
+from shelldon.toolbox.archive import ArchivedTool, read_archive
+from shelldon.toolbox.gate import GateReport
+from shelldon.toolbox.importer import Outcome, import_tools
+from shelldon.toolbox.manifest import code_hash
+from shelldon.toolbox.toolbox import Toolbox
 from tests.unit.selfcode.samples import ADDER, ADDER_TEST, calling_test, promote, tool
 from tests.unit.toolbox.archives import manifest_entry, regular, toolbox_json, write_tar
 
@@ -36,7 +29,7 @@ def test_printable_makes_control_and_bidi_characters_visible() -> None:
     assert printable("a\x1b[2Kb\rc\u202ed\u200be\tf\n") == "a\\x1b[2Kb\\rc\\u202ed\\u200be\tf\n"
 
 
-def test_show_cannot_be_blinded_by_escapes_in_the_code(sc: SelfCode, store: Store) -> None:
+def test_show_cannot_be_blinded_by_escapes_in_the_code(sc: Toolbox, store: Store) -> None:
     promote(sc, "hider", HIDING, calling_test("hider"))
     text = show_text(store, sc, "hider")
     assert "\x1b" not in text and "\u202e" not in text
@@ -70,7 +63,7 @@ def test_the_description_comes_from_the_code_not_the_archives_claim(tmp_path: Pa
 
 
 def test_import_never_overwrites_a_proposal_waiting_for_the_owner(
-    settings: Settings, sc: SelfCode
+    settings: Settings, sc: Toolbox
 ) -> None:
     sc.store.park_promotion(
         "t1", 1, "adder", code_hash(ADDER), "tool adder", 0.0, 1e12, code=ADDER.encode()
@@ -94,7 +87,7 @@ def test_import_never_overwrites_a_proposal_waiting_for_the_owner(
     assert refusals == [("import_refused", code_hash(other))]
 
 
-def test_a_strike_error_cannot_rewrite_the_listing(sc: SelfCode, store: Store) -> None:
+def test_a_strike_error_cannot_rewrite_the_listing(sc: Toolbox, store: Store) -> None:
     promote(sc, "adder", ADDER, ADDER_TEST)
     store.strike("adder", "ValueError: \x1b[2J\rall good", 1.0)
     text = list_text(tool_rows(store, sc))

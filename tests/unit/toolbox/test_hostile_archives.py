@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from shelldon.cli.tools import ToolsRequest, run_tools
 from shelldon.config import Settings
-from shelldon.core.history import Store
-from shelldon.core.manifest import code_hash
-from shelldon.toolbox import ArchiveError, ArchiveLimits, ToolsRequest, read_archive, run_tools
+from shelldon.store import Store
+from shelldon.toolbox.archive import ArchiveError, ArchiveLimits, read_archive
+from shelldon.toolbox.manifest import code_hash
 from tests.unit.selfcode.samples import ADDER
 from tests.unit.toolbox.archives import (
     adder_members,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from shelldon.config import Settings, load_settings
-from shelldon.core.history import Store
-from shelldon.core.manifest import code_hash, read_manifest
-from shelldon.core.selfcode import SelfCode
+from shelldon.store import Store
+from shelldon.toolbox.manifest import code_hash, read_manifest
+from shelldon.toolbox.toolbox import Toolbox
 from tests.unit.selfcode.samples import ADDER, ADDER_TEST, calling_test, promote, tool
 from tests.unit.toolbox.archives import shelldon, toolbox
 
@@ -31,7 +31,7 @@ def new_home(tmp_path: Path, name: str) -> Settings:
 
 def promoted(settings: Settings, *tools: tuple[str, str, str]) -> None:
     with Store(settings.database) as store:
-        sc = SelfCode.from_settings(settings, store)
+        sc = Toolbox.from_settings(settings, store)
         for name, code, test in tools:
             promote(sc, name, code, test)
 

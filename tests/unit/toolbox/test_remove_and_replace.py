@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shelldon.core.manifest import code_hash, read_manifest
+from shelldon.toolbox.manifest import code_hash, read_manifest
 from tests.unit.selfcode.samples import ADDER, ADDER_TEST
 from tests.unit.toolbox.archives import shelldon, toolbox
 from tests.unit.toolbox.test_import import audit, new_home, promoted

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from shelldon.contracts import ToolCall
-from shelldon.core.sandbox import SandboxError, build_filter, load_filter
+from shelldon.proc.sandbox import SandboxError, build_filter, load_filter
 from shelldon.worker.tools import Registry, ToolContext, execute_tool, files
 from shelldon.worker.tools.beneath import (
     SYS_OPENAT2,

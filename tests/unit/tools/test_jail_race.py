@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from shelldon.contracts import ToolCall
-from shelldon.core.sandbox import load_filter
+from shelldon.proc.sandbox import load_filter
 from shelldon.worker.tools import Registry, ToolContext, execute_tool, files, write
 from shelldon.worker.tools.beneath import SYS_OPENAT2, resolver_in_use
 from tests.unit.risky.forking import run_in_fork

@@ -6,7 +6,7 @@ data as every other card, and shows the gate's model-made output only as marked,
 
 from __future__ import annotations
 
-from shelldon.core.tooldiff import replacement_diff
+from shelldon.toolbox.diff import replacement_diff
 from shelldon.transport.approvals import (
     REPAIR_LABELS,
     CallbackChoice,

@@ -17,8 +17,8 @@ from shelldon.contracts import (
     TurnRequest,
 )
 from shelldon.worker.catalogue import CATALOGUE_CHARS, MAX_DESCRIBE, catalogue_text
+from shelldon.worker.loop import run_resume, run_turn
 from shelldon.worker.tools import Registry, ToolSpec, context_from_settings
-from shelldon.worker.worker import run_resume, run_turn
 from tests.unit.worker.brain import (
     Counters,
     ScriptedBrain,

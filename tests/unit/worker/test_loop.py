@@ -20,8 +20,8 @@ from shelldon.contracts import (
     TurnRequest,
     Usage,
 )
-from shelldon.core.risky import describe_call as summarize_call
-from shelldon.worker.worker import (
+from shelldon.rules.risky import describe_call as summarize_call
+from shelldon.worker.loop import (
     DENIED_BY_OWNER,
     PROPOSAL_RECEIVED,
     PROPOSE_TOOL,

@@ -29,10 +29,10 @@ from shelldon.contracts import (
     ToolCall,
     TurnRequest,
 )
-from shelldon.core import sandbox
-from shelldon.core.child import SpawnError
-from shelldon.core.history import Store
-from shelldon.core.selfcode import SelfCode
+from shelldon.proc import sandbox
+from shelldon.proc.child import SpawnError
+from shelldon.store import Store
+from shelldon.toolbox.toolbox import Toolbox
 from shelldon.worker import spawn
 from shelldon.worker.spawn import CRASH_REPLY, EXIT_OK
 from shelldon.worker.tools import Registry, context_from_settings
@@ -243,7 +243,7 @@ def test_a_spare_that_cannot_prepare_apologizes_for_the_turn_it_gets(settings: S
 
 def _promote_adder(settings: Settings) -> None:
     with Store(settings.database) as store:
-        promote(SelfCode.from_settings(settings, store), "adder", ADDER)
+        promote(Toolbox.from_settings(settings, store), "adder", ADDER)
 
 
 def test_a_toolbox_change_after_the_spares_fork_gives_the_turn_the_new_tool(

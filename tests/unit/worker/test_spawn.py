@@ -37,7 +37,7 @@ from shelldon.contracts import (
     ToolDefinition,
     TurnRequest,
 )
-from shelldon.core.child import EXIT_UNKNOWN
+from shelldon.proc.child import EXIT_UNKNOWN
 from shelldon.secrets import find_secret, forget_env_secrets, take_env_secrets
 from shelldon.worker.channel import HEADER, FrameReader, pack_frame
 from shelldon.worker.spawn import (

@@ -35,8 +35,8 @@ from shelldon.contracts import (
     ToolCall,
     TurnRequest,
 )
-from shelldon.core import sandbox
-from shelldon.core.child import EXIT_UNKNOWN, SpawnError
+from shelldon.proc import sandbox
+from shelldon.proc.child import EXIT_UNKNOWN, SpawnError
 from shelldon.worker import spawn
 from shelldon.worker.spawn import EXIT_OK
 from shelldon.worker.tools import Registry

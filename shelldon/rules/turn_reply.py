@@ -1,0 +1,60 @@
+"""What the owner reads when a turn ends: the model's reply, then in the pet's own words what it
+will remember, and the question of a parked call.
+
+The model's part may be Markdown (the transport renders it); the pet's own words are sent as
+written, so a fact or a call is shown exactly as stored or as it would run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from shelldon.contracts import Op, Remember, RequestToolApproval
+from shelldon.rules.replies import approval_question
+from shelldon.rules.risky import describe_call
+
+REMEMBER_NOTE = "📝 I'll remember: "
+"""How a fact the turn stored is shown to the owner (followed by the fact, as stored)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnReply:
+    """The reply's ``text``; its first ``markdown_chars`` characters are the model's Markdown,
+    the rest is literal."""
+
+    text: str
+    markdown_chars: int
+
+
+def one_line(fact: str) -> str:
+    """``fact`` on one line, line breaks shown as ``↵``: a fact the model wrote cannot pose as
+    more of the pet's own lines (a question, another note)."""
+    if fact.splitlines() == [fact]:  # no break of any kind (\n, \r, U+2028, …)
+        return fact
+    return " ↵ ".join(part.strip() for part in fact.splitlines() if part.strip())
+
+
+def remember_notes(ops: Iterable[Op]) -> list[str]:
+    """One note per distinct fact the turn asks to remember."""
+    facts = dict.fromkeys(op.fact for op in ops if isinstance(op, Remember))
+    return [REMEMBER_NOTE + one_line(fact) for fact in facts]
+
+
+def turn_reply(reply: str, ops: Iterable[Op]) -> TurnReply:
+    """The owner's reply for a turn that said ``reply`` and ends with ``ops`` (those that will
+    be applied). A parked call's question, when the reply ends with it, is kept literal: it is
+    built from the call itself, and Markdown must not restyle a command line."""
+    ops = tuple(ops)
+    lead, question = reply, ""
+    for op in ops:
+        if isinstance(op, RequestToolApproval):
+            asked = approval_question(describe_call(op.call))
+            if reply.endswith(asked):
+                lead, question = reply[: -len(asked)].rstrip(), asked
+            break
+    literal = "\n\n".join([*remember_notes(ops), *([question] if question else [])])
+    if not literal:
+        return TurnReply(lead, len(lead))
+    text = f"{lead}\n\n{literal}" if lead else literal
+    return TurnReply(text, len(lead))
