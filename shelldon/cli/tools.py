@@ -9,15 +9,18 @@ do), 2 for a usage error such as a malformed tool name.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from shelldon.config import Settings
+from shelldon.cli.logfile import log_to_home_file
+from shelldon.config import Settings, load_settings
 from shelldon.rules.owner_commands import restore_tool, retire_tool
 from shelldon.store import Store, StoreError
 from shelldon.toolbox.archive import ArchivedTool, ArchiveError, export_toolbox, read_archive
@@ -391,3 +394,19 @@ _ACTIONS: dict[str, Callable[[ToolsRequest, Toolbox, Store, Terminal], int]] = {
     "import": _import,
 }
 ACTIONS = tuple(_ACTIONS)
+
+
+def cmd_tools(args: argparse.Namespace) -> int:
+    """List, show, restore, remove, export or import self-coded tools (``shelldon.toolbox``)."""
+    settings = load_settings(args.config)
+    # Keep the terminal for the answers and the [y/N] prompts; events go to the log file.
+    log_to_home_file(settings)
+    request = ToolsRequest(
+        action=args.tools_command or "list",
+        name=getattr(args, "name", ""),
+        file=getattr(args, "file", ""),
+        yes=getattr(args, "yes", False),
+        replace=getattr(args, "replace", False),
+        force=getattr(args, "force", False),
+    )
+    return run_tools(settings, request, sys.stdin, sys.stdout, sys.stderr)
