@@ -23,9 +23,9 @@ from actors.messages import (
 from actors.wired import WiredActor
 from shelldon.rules.repair import capped_report, offers_repair
 from shelldon.store import RepairOffer
+from shelldon.toolbox.convention import read_declaration
 from shelldon.toolbox.diff import replacement_diff, replaces_line
 from shelldon.toolbox.gate import GateReport, GateRun
-from shelldon.toolbox.manifest import read_declaration
 from shelldon.toolbox.toolbox import LiveSource, Staged, Toolbox, ToolboxError
 
 log = structlog.get_logger(__name__)

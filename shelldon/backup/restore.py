@@ -48,9 +48,9 @@ from shelldon.backup.reader import Unpacked, unpack_backup
 from shelldon.config import ConfigError, Settings, load_settings
 from shelldon.home import PRIVATE_DIR, make_private_dir
 from shelldon.store import Distrusted, Store, database_in_use
+from shelldon.toolbox.atomic import fsync_dir
 from shelldon.toolbox.importer import Ask, ImportResult, Outcome, import_tools
 from shelldon.toolbox.legacy import set_aside_restored
-from shelldon.toolbox.manifest import fsync_dir
 from shelldon.toolbox.toolbox import Toolbox
 
 RESTORED_CONFIG = "config.restored.toml"

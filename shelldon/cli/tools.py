@@ -28,13 +28,8 @@ from shelldon.toolbox.diff import replacement_diff, replaces_line
 from shelldon.toolbox.gate import GateReport
 from shelldon.toolbox.importer import ImportResult, Outcome, gate_summary, import_tools
 from shelldon.toolbox.legacy import migrate_legacy_toolbox
-from shelldon.toolbox.manifest import (
-    BrokenModule,
-    ToolFileError,
-    code_hash,
-    describe_source,
-    read_tool_bytes,
-)
+from shelldon.toolbox.manifest import BrokenModule, code_hash, describe_source
+from shelldon.toolbox.tool_files import ToolFileError, read_tool_bytes
 from shelldon.toolbox.toolbox import StemError, Toolbox, normalize_stem
 
 

@@ -29,15 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shelldon.toolbox.manifest import (
-    ManifestEntry,
-    ToolFileError,
-    build_manifest,
-    code_hash,
-    parse_module,
-    read_declaration,
-    read_tool_bytes,
-)
+from shelldon.toolbox.convention import parse_module, read_declaration
+from shelldon.toolbox.manifest import ManifestEntry, build_manifest, code_hash
+from shelldon.toolbox.tool_files import ToolFileError, read_tool_bytes
 from shelldon.toolbox.toolbox import MAX_SOURCE_BYTES, StemError, Toolbox, normalize_stem
 
 ARCHIVE_FORMAT = 1

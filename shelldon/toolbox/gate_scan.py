@@ -5,7 +5,7 @@ Every finding at once (smolagents' tool_validation style): ``import x``, ``from 
 through aliases and literal ``exec``/``eval`` strings, may not name an LLM SDK or ``shelldon``.
 A computed module name cannot be checked: it is listed in ``dynamic_imports`` for the owner to
 read, not refused. The tool must also follow the convention (``def run``, ``DESCRIPTION``,
-``PARAMS_SCHEMA``: ``shelldon.toolbox.manifest.read_declaration``).
+``PARAMS_SCHEMA``: ``shelldon.toolbox.convention.read_declaration``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from shelldon.toolbox.manifest import parse_module, read_declaration
+from shelldon.toolbox.convention import parse_module, read_declaration
 
 FORBIDDEN_MODULES = ("openai", "anthropic", "google", "litellm", "zhipuai", "ollama", "shelldon")
 """Top-level modules a self-coded tool (or its test) may not import: LLM SDKs and shelldon."""

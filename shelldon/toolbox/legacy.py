@@ -26,7 +26,8 @@ import structlog
 
 from shelldon.config import Settings
 from shelldon.store import Store
-from shelldon.toolbox.manifest import ToolFileError, code_hash, module_files, read_tool_bytes
+from shelldon.toolbox.manifest import code_hash
+from shelldon.toolbox.tool_files import ToolFileError, module_files, read_tool_bytes
 from shelldon.toolbox.toolbox import StemError, Toolbox, ToolboxError, normalize_stem
 
 log = structlog.get_logger(__name__)

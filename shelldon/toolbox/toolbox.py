@@ -25,14 +25,6 @@ Every file is written to a temp file, fsynced and renamed, so a worker sees the 
 the new one, never half of one. Where no filesystem layer is in force, nothing is staged or
 gated (``shelldon.toolbox.policy``).
 
-Names. A proposed name becomes a module stem: NFKC-normalised, a trailing ``.py`` dropped, then
-it must be an ASCII identifier of at most 64 characters (Anthropic and OpenAI accept no more,
-and ASCII keeps a look-alike like a Cyrillic letter from posing as another tool), with no path
-separator, dot or leading underscore (so no dunder), not starting with ``test_`` (the staged
-test is ``test_<stem>.py``), and not the name of a standard-library module or of what pytest
-imports (the gate runs with the staging dir first on ``sys.path``). A keyword gets ``_tool``
-appended (``class`` → ``class_tool``) so it stays importable.
-
 Replacement. A name that is live (or quarantined) is refused unless the caller asks for a
 replacement explicitly (``stage(..., replace=True)`` and ``promote(..., replace=True)``): a new
 version of a tool the owner already trusts is a decision the owner makes with the new code in
@@ -45,34 +37,25 @@ Not thread-safe: one actor owns a ``Toolbox``.
 from __future__ import annotations
 
 import contextlib
-import keyword
 import os
 import shutil
-import sys
 import tempfile
 import time
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
 from shelldon.config import LimitsSettings, SandboxSettings, Settings
-from shelldon.home import make_private_dir
-from shelldon.store import ApprovedTool, Store
+from shelldon.store import Store
+from shelldon.toolbox.atomic import fsync_dir, write_atomic, write_new
+from shelldon.toolbox.errors import StemError, ToolboxError
 from shelldon.toolbox.gate import GateLimits, GateReport, GateRun, start_gate
-from shelldon.toolbox.manifest import (
-    MAX_TOOL_BYTES,
-    Manifest,
-    ToolFileError,
-    code_hash,
-    fsync_dir,
-    module_files,
-    read_tool_bytes,
-    write_atomic,
-    write_manifest,
-)
+from shelldon.toolbox.manifest import Manifest, code_hash, write_manifest
+from shelldon.toolbox.names import normalize_stem
 from shelldon.toolbox.policy import selfcoded_refusal
+from shelldon.toolbox.tool_files import MAX_TOOL_BYTES, ToolFileError, read_tool_bytes
+from shelldon.toolbox.view import LiveSource, Tampered, ToolboxView
 
 log = structlog.get_logger(__name__)
 
@@ -91,35 +74,6 @@ __all__ = [
 ]
 
 MAX_SOURCE_BYTES = MAX_TOOL_BYTES
-MAX_STEM_CHARS = 64
-
-# Top-level modules a gate's pytest imports; a staged module of that name would shadow them.
-_PYTEST_MODULES = frozenset(
-    {
-        "pytest",
-        "py",
-        "pluggy",
-        "iniconfig",
-        "packaging",
-        "pygments",
-        "colorama",
-        "exceptiongroup",
-        "tomli",
-        "conftest",
-        "setup",
-        "site",
-        "sitecustomize",
-        "usercustomize",
-    }
-)
-
-
-class ToolboxError(ValueError):
-    """A self-coding step was refused; the message says why and what to do instead."""
-
-
-class StemError(ToolboxError):
-    """A proposed tool name cannot become a module stem."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,15 +97,6 @@ class Staged:
 
 
 @dataclass(frozen=True, slots=True)
-class Tampered:
-    """A file in the toolbox that will not run: why, in words the owner can act on."""
-
-    name: str
-    state: str  # "live", "quarantined", or "unapproved" (a file nobody approved)
-    problem: str
-
-
-@dataclass(frozen=True, slots=True)
 class Retired:
     """A tool the owner took out: its approval as it was, and where its files went."""
 
@@ -161,63 +106,7 @@ class Retired:
     archive: Path
 
 
-@dataclass(frozen=True, slots=True)
-class LiveSource:
-    """An approved tool's code (verified against its approval) and its kept test (b"" if none),
-    with when the owner approved it and whether it is live or quarantined: what a replacement
-    is compared with."""
-
-    name: str
-    code: bytes
-    test: bytes
-    code_hash: str
-    approved_at: float
-    state: str = "live"
-
-
-def normalize_stem(name: str) -> str:
-    """The module stem for a proposed tool name, or ``StemError`` saying what is wrong with it."""
-    stem = unicodedata.normalize("NFKC", name).strip()
-    if stem.endswith(".py"):
-        stem = stem[:-3]
-    shown = repr(name[:80])
-    if not stem:
-        raise StemError("a tool needs a name: letters, digits and underscores, like word_count")
-    if any(sep in stem for sep in ("/", "\\", os.sep, "\0")):
-        raise StemError(f"tool name {shown} contains a path separator; use a plain name")
-    if "." in stem:
-        raise StemError(
-            f"tool name {shown} contains a dot; use underscores, like {stem.replace('.', '_')!r}"
-        )
-    if stem.startswith("_"):
-        raise StemError(
-            f"tool name {shown} starts with an underscore (private or dunder names are refused)"
-        )
-    if not stem.isascii():
-        raise StemError(
-            f"tool name {shown} has non-ASCII characters (they can look like other letters); "
-            "use a-z, 0-9 and _"
-        )
-    if not stem.isidentifier():
-        raise StemError(
-            f"tool name {shown} is not a Python identifier: start with a letter, then letters, "
-            "digits and underscores"
-        )
-    if keyword.iskeyword(stem):
-        stem = f"{stem}_tool"
-    if len(stem) > MAX_STEM_CHARS:
-        raise StemError(f"tool name {shown} is longer than {MAX_STEM_CHARS} characters")
-    if stem.startswith("test_"):
-        raise StemError(f"tool name {shown} starts with test_, which is reserved for its test file")
-    if stem in sys.stdlib_module_names or stem in _PYTEST_MODULES:
-        raise StemError(
-            f"tool name {shown} is the name of a Python module the tool's test needs; "
-            f"choose another, like {stem + '_tool'!r}"
-        )
-    return stem
-
-
-class Toolbox:
+class Toolbox(ToolboxView):
     """The toolbox on disk, its approvals in the store, and every change made to either."""
 
     def __init__(
@@ -227,146 +116,18 @@ class Toolbox:
         limits: LimitsSettings | None = None,
         sandbox: SandboxSettings | None = None,
     ) -> None:
-        self.toolbox = toolbox
-        self.store = store
+        super().__init__(toolbox, store)
         self.sandbox = sandbox or SandboxSettings()
         self.gate_limits = GateLimits.from_settings(limits or LimitsSettings(), sandbox)
-        self.live_dir = toolbox / "live"
-        self.tests_dir = toolbox / "tests"
-        self.quarantine_dir = toolbox / "quarantine"
-        self.staging_dir = toolbox / "staging"
-        self.retired_dir = toolbox / "retired"
-        for directory in (
-            toolbox,
-            self.live_dir,
-            self.tests_dir,
-            self.quarantine_dir,
-            self.staging_dir,
-            self.retired_dir,
-        ):
-            make_private_dir(directory)
 
     @classmethod
     def from_settings(cls, settings: Settings, store: Store) -> Toolbox:
         """The toolbox of ``settings``' home, gated as its ``[sandbox]`` says."""
         return cls(settings.toolbox, store, settings.limits, settings.sandbox)
 
-    # listing
-
     def off_reason(self) -> str:
         """Why self-coded tools are off on this machine ("" when they are on)."""
         return selfcoded_refusal(self.sandbox)
-
-    def _approved(self, state: str) -> tuple[ApprovedTool, ...]:
-        return tuple(t for t in self.store.approved_tools() if t.state == state)
-
-    def live(self) -> tuple[str, ...]:
-        """Names of the live tools (approved and not quarantined; see ``tampered``)."""
-        return tuple(t.name for t in self._approved("live"))
-
-    def staged(self) -> tuple[str, ...]:
-        """Names of gated tools waiting for the owner's decision."""
-        return tuple(sorted(self.store.promotion_names()))
-
-    def quarantined(self) -> tuple[str, ...]:
-        """Names of quarantined tools."""
-        return tuple(t.name for t in self._approved("quarantined"))
-
-    def approved_hash(self, name: str) -> str:
-        """The code hash the owner approved for tool ``name`` ("" if none)."""
-        tool = self.store.approved_tool(normalize_stem(name))
-        return tool.code_hash if tool else ""
-
-    def tool_path(self, name: str) -> Path | None:
-        """Where approved tool ``name``'s file belongs (live or quarantine); None if unknown."""
-        tool = self.store.approved_tool(normalize_stem(name))
-        if tool is None:
-            return None
-        directory = self.live_dir if tool.state == "live" else self.quarantine_dir
-        return directory / f"{tool.name}.py"
-
-    def tampered(self) -> tuple[Tampered, ...]:
-        """Every toolbox file that will not run as approved: an approved tool whose file is
-        missing, a link or other bytes, and a module in ``live/`` nobody approved."""
-        found: list[Tampered] = []
-        approved = {t.name: t for t in self.store.approved_tools()}
-        for tool in approved.values():
-            path = self.tool_path(tool.name)
-            assert path is not None
-            try:
-                data = read_tool_bytes(path)
-            except ToolFileError as exc:
-                found.append(Tampered(tool.name, tool.state, str(exc)))
-                continue
-            if code_hash(data) != tool.code_hash:
-                found.append(
-                    Tampered(tool.name, tool.state, "its code is not what the owner approved")
-                )
-        for path in module_files(self.live_dir):
-            known = approved.get(path.stem)
-            if known is None or known.state != "live":
-                found.append(Tampered(path.stem, "unapproved", f"{path.name} was never approved"))
-        return tuple(sorted(found, key=lambda t: t.name))
-
-    def kept_test(self, name: str) -> Path | None:
-        """The test tool ``name`` was promoted with, kept for export; None if there is none."""
-        path = self.tests_dir / f"test_{normalize_stem(name)}.py"
-        return path if path.is_file() else None
-
-    def live_source(self, name: str) -> LiveSource | None:
-        """Approved tool ``name``'s code and kept test, live or quarantined; None when there is
-        no such tool or its file is not the approved code (nothing to compare with then)."""
-        stem = normalize_stem(name)
-        known = self.store.approved_tool(stem)
-        path = self.tool_path(stem)
-        if known is None or path is None:
-            return None
-        try:
-            data = read_tool_bytes(path)
-        except ToolFileError:
-            return None
-        if code_hash(data) != known.code_hash:
-            return None
-        kept = self.kept_test(stem)
-        test = b""
-        if kept is not None:
-            with contextlib.suppress(ToolFileError):
-                test = read_tool_bytes(kept)
-        return LiveSource(stem, data, test, known.code_hash, known.approved_at, known.state)
-
-    def replacement_base(self, name: str, replaces: str) -> LiveSource | None:
-        """What a proposal of ``name`` replaces: None for a new tool (``replaces`` empty), else
-        the approved version it is a new version of. Refused (``ToolboxError``) when
-        ``replaces`` is another name, names no tool, or names one whose file is not the
-        approved code (there is nothing trustworthy to show a diff against)."""
-        if not replaces:
-            return None
-        stem, old = normalize_stem(name), normalize_stem(replaces)
-        if stem != old:
-            raise ToolboxError(
-                f"a new version keeps its tool's name: propose it with name {old!r} "
-                f"and replaces {old!r}"
-            )
-        if self.store.approved_tool(old) is None:
-            raise ToolboxError(
-                f"there is no tool named {old!r} to replace; propose it as a new tool "
-                "(without replaces)"
-            )
-        base = self.live_source(old)
-        if base is None:
-            raise ToolboxError(
-                f"the file of {old!r} is not the code the owner approved, so there is nothing "
-                "to compare a new version with; the owner can /retire it first"
-            )
-        return base
-
-    def quarantine_reason(self, name: str) -> str:
-        """Why tool ``name`` was quarantined ("" if unknown)."""
-        path = self.quarantine_dir / f"{normalize_stem(name)}.reason"
-        try:
-            return read_tool_bytes(path).decode("utf-8", "replace")
-        except ToolFileError:
-            return ""
 
     # stage and gate
 
@@ -395,8 +156,8 @@ class Toolbox:
         directory = Path(tempfile.mkdtemp(prefix=f"{stem}-", dir=self.staging_dir))
         tool_path = directory / f"{stem}.py"
         test_path = directory / f"test_{stem}.py"
-        _write_new(test_path, data["test"])
-        _write_new(tool_path, data["code"])
+        write_new(test_path, data["test"])
+        write_new(tool_path, data["code"])
         digest = code_hash(data["code"])
         staged = Staged(
             stem, name, tool_path, test_path, digest, replace, data["code"], data["test"]
@@ -626,13 +387,6 @@ class Toolbox:
                         shutil.rmtree(entry, ignore_errors=True)
                     else:
                         entry.unlink()
-
-
-def _write_new(path: Path, data: bytes) -> None:
-    """Create ``path`` (it must not exist) holding ``data``."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
 
 
 def _encode(text: str, what: str) -> bytes:

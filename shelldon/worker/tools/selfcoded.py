@@ -44,11 +44,10 @@ from shelldon.toolbox.manifest import (
     Manifest,
     ManifestEntry,
     ManifestError,
-    ToolFileError,
     code_hash,
     parse_manifest,
-    read_tool_bytes,
 )
+from shelldon.toolbox.tool_files import ToolFileError, read_tool_bytes
 from shelldon.worker.tools.isolation import run_isolated
 from shelldon.worker.tools.registry import ToolContext, ToolError, ToolFn, ToolSpec
 

@@ -13,8 +13,8 @@ import ast
 
 import pytest
 
+from shelldon.toolbox.convention import read_declaration
 from shelldon.toolbox.gate_scan import scan_imports, static_checks
-from shelldon.toolbox.manifest import read_declaration
 
 from .samples import ADDER, ADDER_TEST, tool
 

@@ -1,0 +1,171 @@
+"""``ToolboxView``: the toolbox as it stands, read against the owner's approvals in the store:
+which tools are live, staged or quarantined, and which files will not run as approved."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from shelldon.home import make_private_dir
+from shelldon.store import ApprovedTool, Store
+from shelldon.toolbox.errors import ToolboxError
+from shelldon.toolbox.manifest import code_hash
+from shelldon.toolbox.names import normalize_stem
+from shelldon.toolbox.tool_files import ToolFileError, module_files, read_tool_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Tampered:
+    """A file in the toolbox that will not run: why, in words the owner can act on."""
+
+    name: str
+    state: str  # "live", "quarantined", or "unapproved" (a file nobody approved)
+    problem: str
+
+
+@dataclass(frozen=True, slots=True)
+class LiveSource:
+    """An approved tool's code (verified against its approval) and its kept test (b"" if none),
+    with when the owner approved it and whether it is live or quarantined: what a replacement
+    is compared with."""
+
+    name: str
+    code: bytes
+    test: bytes
+    code_hash: str
+    approved_at: float
+    state: str = "live"
+
+
+class ToolboxView:
+    """The toolbox's directories under ``toolbox`` and the reads that verify them."""
+
+    def __init__(self, toolbox: Path, store: Store) -> None:
+        self.toolbox = toolbox
+        self.store = store
+        self.live_dir = toolbox / "live"
+        self.tests_dir = toolbox / "tests"
+        self.quarantine_dir = toolbox / "quarantine"
+        self.staging_dir = toolbox / "staging"
+        self.retired_dir = toolbox / "retired"
+        for directory in (
+            toolbox,
+            self.live_dir,
+            self.tests_dir,
+            self.quarantine_dir,
+            self.staging_dir,
+            self.retired_dir,
+        ):
+            make_private_dir(directory)
+
+    def _approved(self, state: str) -> tuple[ApprovedTool, ...]:
+        return tuple(t for t in self.store.approved_tools() if t.state == state)
+
+    def live(self) -> tuple[str, ...]:
+        """Names of the live tools (approved and not quarantined; see ``tampered``)."""
+        return tuple(t.name for t in self._approved("live"))
+
+    def staged(self) -> tuple[str, ...]:
+        """Names of gated tools waiting for the owner's decision."""
+        return tuple(sorted(self.store.promotion_names()))
+
+    def quarantined(self) -> tuple[str, ...]:
+        """Names of quarantined tools."""
+        return tuple(t.name for t in self._approved("quarantined"))
+
+    def approved_hash(self, name: str) -> str:
+        """The code hash the owner approved for tool ``name`` ("" if none)."""
+        tool = self.store.approved_tool(normalize_stem(name))
+        return tool.code_hash if tool else ""
+
+    def tool_path(self, name: str) -> Path | None:
+        """Where approved tool ``name``'s file belongs (live or quarantine); None if unknown."""
+        tool = self.store.approved_tool(normalize_stem(name))
+        if tool is None:
+            return None
+        directory = self.live_dir if tool.state == "live" else self.quarantine_dir
+        return directory / f"{tool.name}.py"
+
+    def tampered(self) -> tuple[Tampered, ...]:
+        """Every toolbox file that will not run as approved: an approved tool whose file is
+        missing, a link or other bytes, and a module in ``live/`` nobody approved."""
+        found: list[Tampered] = []
+        approved = {t.name: t for t in self.store.approved_tools()}
+        for tool in approved.values():
+            path = self.tool_path(tool.name)
+            assert path is not None
+            try:
+                data = read_tool_bytes(path)
+            except ToolFileError as exc:
+                found.append(Tampered(tool.name, tool.state, str(exc)))
+                continue
+            if code_hash(data) != tool.code_hash:
+                found.append(
+                    Tampered(tool.name, tool.state, "its code is not what the owner approved")
+                )
+        for path in module_files(self.live_dir):
+            known = approved.get(path.stem)
+            if known is None or known.state != "live":
+                found.append(Tampered(path.stem, "unapproved", f"{path.name} was never approved"))
+        return tuple(sorted(found, key=lambda t: t.name))
+
+    def kept_test(self, name: str) -> Path | None:
+        """The test tool ``name`` was promoted with, kept for export; None if there is none."""
+        path = self.tests_dir / f"test_{normalize_stem(name)}.py"
+        return path if path.is_file() else None
+
+    def live_source(self, name: str) -> LiveSource | None:
+        """Approved tool ``name``'s code and kept test, live or quarantined; None when there is
+        no such tool or its file is not the approved code (nothing to compare with then)."""
+        stem = normalize_stem(name)
+        known = self.store.approved_tool(stem)
+        path = self.tool_path(stem)
+        if known is None or path is None:
+            return None
+        try:
+            data = read_tool_bytes(path)
+        except ToolFileError:
+            return None
+        if code_hash(data) != known.code_hash:
+            return None
+        kept = self.kept_test(stem)
+        test = b""
+        if kept is not None:
+            with contextlib.suppress(ToolFileError):
+                test = read_tool_bytes(kept)
+        return LiveSource(stem, data, test, known.code_hash, known.approved_at, known.state)
+
+    def replacement_base(self, name: str, replaces: str) -> LiveSource | None:
+        """What a proposal of ``name`` replaces: None for a new tool (``replaces`` empty), else
+        the approved version it is a new version of. Refused (``ToolboxError``) when
+        ``replaces`` is another name, names no tool, or names one whose file is not the
+        approved code (there is nothing trustworthy to show a diff against)."""
+        if not replaces:
+            return None
+        stem, old = normalize_stem(name), normalize_stem(replaces)
+        if stem != old:
+            raise ToolboxError(
+                f"a new version keeps its tool's name: propose it with name {old!r} "
+                f"and replaces {old!r}"
+            )
+        if self.store.approved_tool(old) is None:
+            raise ToolboxError(
+                f"there is no tool named {old!r} to replace; propose it as a new tool "
+                "(without replaces)"
+            )
+        base = self.live_source(old)
+        if base is None:
+            raise ToolboxError(
+                f"the file of {old!r} is not the code the owner approved, so there is nothing "
+                "to compare a new version with; the owner can /retire it first"
+            )
+        return base
+
+    def quarantine_reason(self, name: str) -> str:
+        """Why tool ``name`` was quarantined ("" if unknown)."""
+        path = self.quarantine_dir / f"{normalize_stem(name)}.reason"
+        try:
+            return read_tool_bytes(path).decode("utf-8", "replace")
+        except ToolFileError:
+            return ""
