@@ -52,7 +52,8 @@ DEFAULT_MEMORY_MAX_MB = 400
 """The unit's ``MemoryMax=`` when no unit is installed to read it from."""
 
 PEAK_BUDGET_MB = 150
-"""The service's peak PSS budget during a turn (DESIGN.md); less available memory is a warning."""
+"""The service's peak PSS budget during a turn (the design's budget with the Anthropic
+provider); less available memory than this is a warning."""
 
 LANDLOCK_CREATE_RULESET_SYSCALL = 444
 """``landlock_create_ruleset``: the same number on every architecture (new syscall table)."""

@@ -76,10 +76,6 @@ class ProviderError(Exception):
     def __repr__(self) -> str:
         return f"ProviderError(kind={self.kind!r}, message={self.message!r})"
 
-    def __reduce__(self) -> tuple[type[ProviderError], tuple[str, str, float | None]]:
-        # Survives pickling between actor processes with its fields intact.
-        return (type(self), (self.kind, self.message, self.retry_after))
-
 
 @runtime_checkable
 class Provider(Protocol):

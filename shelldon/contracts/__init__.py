@@ -4,7 +4,7 @@ Tool vocabulary (the broker normalizes every provider to these): ``Tier``, ``Too
 ``ToolCall``, ``ToolResult``, ``Message``, ``Completion``. Turn vocabulary between the actors
 and the forked worker: ``TurnRequest``, ``ResumeRequest``, ``Assignment``, ``Job``, ``JobFailed``,
 ``Result``.
-Ops a turn hands back for core to apply: ``RequestToolApproval``, ``ProposeTool``,
+Ops a turn hands back for the service to apply: ``RequestToolApproval``, ``ProposeTool``,
 ``Remember``, ``Schedule``. Transport vocabulary: ``InboundMessage``, ``Decision``.
 
 This package imports nothing from the rest of shelldon.
@@ -181,7 +181,7 @@ class RequestToolApproval:
 @contract("propose_tool")
 @dataclass(frozen=True, slots=True)
 class ProposeTool:
-    """Op: the model wrote a tool (``code``) and its pytest test; core stages and gates it.
+    """Op: the model wrote a tool (``code``) and its pytest test; the service stages and gates it.
     ``replaces`` names the live tool this is a new version of ("" for a new tool)."""
 
     name: str
@@ -213,7 +213,7 @@ Op = RequestToolApproval | ProposeTool | Remember | Schedule
 @contract("tool_failure")
 @dataclass(frozen=True, slots=True)
 class ToolFailure:
-    """A self-coded tool that failed to import or raised; core debits a strike for it."""
+    """A self-coded tool that failed to import or raised; the service debits a strike for it."""
 
     name: str
     error: str
@@ -267,7 +267,7 @@ class ResumeRequest:
 @contract("result")
 @dataclass(frozen=True, slots=True)
 class Result:
-    """How a turn ended: the owner's reply, ops for core to apply, self-coded tool failures,
+    """How a turn ended: the owner's reply, ops for the service to apply, self-coded tool failures,
     and the model calls and tool executions it spent."""
 
     turn_id: str

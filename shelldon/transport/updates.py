@@ -2,8 +2,8 @@
 
 ``parse_update`` never raises: malformed JSON shapes, unknown update kinds, missing fields and
 wrong types all become ``Rejected(reason)``. The owner gate is applied here first: a message or
-a tap from anyone who is not an owner (``core.arbiter.owners_of``), or from a group chat, where
-replies would be seen by others, is rejected before it can reach the inbox.
+a tap from anyone who is not an owner (``shelldon.rules.arbiter.owners_of``), or from a group
+chat, where replies would be seen by others, is rejected before it can reach the inbox.
 """
 
 from __future__ import annotations

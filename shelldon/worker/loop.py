@@ -107,19 +107,13 @@ def split_tools(
     return tuple(builtin), tuple(own)
 
 
-def offered_tools(
-    registry: Registry, loaded: frozenset[str] | set[str] = frozenset()
-) -> tuple[ToolDefinition, ...]:
-    """What one Job offers in full: the built-ins, the self-coded tools this turn ``loaded``,
-    ``describe_tools`` when there are self-coded tools, and ``propose_tool``."""
-    return _offered(*split_tools(registry), loaded)
-
-
 def _offered(
     builtin: tuple[ToolDefinition, ...],
     known: tuple[ToolDefinition, ...],
     loaded: set[str] | frozenset[str],
 ) -> tuple[ToolDefinition, ...]:
+    """What one Job offers in full: the built-ins, the self-coded tools this turn ``loaded``,
+    ``describe_tools`` when there are self-coded tools, and ``propose_tool``."""
     chosen = tuple(d for d in known if d.name in loaded) if loaded else ()
     describe_tool = (DESCRIBE_TOOLS,) if known else ()
     return (*builtin, *chosen, *describe_tool, PROPOSE_TOOL)

@@ -1,4 +1,4 @@
-"""The ops block: how a model's final text asks core to remember, schedule or gate a tool.
+"""The ops block: how a model's final text asks the service to remember, schedule or gate a tool.
 
 A reply may carry fenced blocks opened with three backticks and the word ``ops``; each
 non-empty line inside is one JSON object::
@@ -38,7 +38,7 @@ _BLANK_RUNS = re.compile(r"\n{3,}")
 
 @dataclass(frozen=True, slots=True)
 class ParsedReply:
-    """A final text split into what the owner reads, the ops for core, and skipped lines."""
+    """A final text split into what the owner reads, the ops for the service, and skipped lines."""
 
     reply: str
     ops: tuple[Op, ...]

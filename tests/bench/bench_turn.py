@@ -1,4 +1,4 @@
-"""Turn overhead, memory and cold start of the whole service (DESIGN.md budgets).
+"""Turn overhead, memory and cold start of the whole service (the design's budgets).
 
     .venv/bin/python tests/bench/bench_turn.py [--provider scripted|openai|anthropic] [--turns N]
 

@@ -1,18 +1,19 @@
 """Discovery of live self-coded tools, run in each forked worker at the start of a turn.
 
-The live tools come from ``<home>/toolbox/live/manifest.json``, which core writes from the
-owner's approvals (the store's ``approved_tools``) at every promote, quarantine, restore and
-start-up. The worker cannot reach the store, and the toolbox is read-only to it under either
-filesystem layer, so that file — written only by core, in a directory only core can write — is
-how the approved hashes reach discovery: one JSON read per turn, no module imported. Each entry
-becomes a FREE ``ToolSpec(self_coded=True)`` whose function imports the module only when the
-model calls it, from bytes read once (no link, no special file) whose sha256 must equal the
-approved hash, under a unique module name; it checks the convention and calls ``run(**args)``.
+The live tools come from ``<home>/toolbox/live/manifest.json``, which the toolbox writes from
+the owner's approvals (the store's ``approved_tools``) at every promote, quarantine, restore
+and start-up. The worker cannot reach the store, and the toolbox is read-only to it under
+either filesystem layer, so that file — written only by the service, in a directory only the
+service can write — is how the approved hashes reach discovery: one JSON read per turn, no
+module imported. Each entry becomes a FREE ``ToolSpec(self_coded=True)`` whose function
+imports the module only when the model calls it, from bytes read once (no link, no special
+file) whose sha256 must equal the approved hash, under a unique module name; it checks the
+convention and calls ``run(**args)``.
 Bytes that differ are never executed: the call fails (a strike), so a file changed after the
 manifest was written cannot run either. Entries the manifest marks tampered are skipped and
 logged; broken ones are reported as ``ToolFailure``s so the strike ledger sees them; files in
 ``live/`` it does not list are ignored and logged. A missing or corrupt manifest means no
-self-coded tools (logged) until core writes it again: nothing found on disk is offered.
+self-coded tools (logged) until the toolbox writes it again: nothing found on disk is offered.
 
 Where no filesystem layer is in force (``ToolContext.selfcoded_off``), nothing is discovered;
 and a self-coded tool refuses to run in a process whose filesystem layer is not on
@@ -142,7 +143,7 @@ def _spec(tools_dir: Path, entry: ManifestEntry) -> ToolSpec:
 
 
 def _load_manifest(tools_dir: Path, raw: bytes | None) -> Manifest | None:
-    """The manifest core wrote, or None (logged) when it is missing or corrupt: then no
+    """The manifest the toolbox wrote, or None (logged) when it is missing or corrupt: then no
     self-coded tool is offered, whatever the directory holds."""
     try:
         if raw is None:

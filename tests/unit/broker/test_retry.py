@@ -181,10 +181,3 @@ def test_error_text_and_repr_carry_kind_and_message() -> None:
     assert str(err) == "auth: check the key"
     assert repr(err) == "ProviderError(kind='auth', message='check the key')"
     assert not err.retryable
-
-
-def test_the_error_survives_pickling_between_processes() -> None:
-    import pickle
-
-    copy = pickle.loads(pickle.dumps(ProviderError("rate_limited", "wait", retry_after=2.5)))
-    assert (copy.kind, copy.message, copy.retry_after) == ("rate_limited", "wait", 2.5)
