@@ -58,6 +58,8 @@ _ERROR_KIND_NAMES: tuple[tuple[str, str], ...] = (
     ("RequestBodyEncodingInvalidError", "bad_request"),
     ("RequestBodyEncodingUnsupportedError", "bad_request"),
     ("RequestBodyTooLargeAfterDecodingError", "bad_request"),
+    # A 400: the organization turned off URL sources and server tools (SDK 2.17).
+    ("OrganizationURLFetchDisabledError", "bad_request"),
     # One class per HTTP status.
     ("OverloadedError", "overloaded"),
     # A 503 while the account's workspace is still being connected to its storage (SDK 2.16).
