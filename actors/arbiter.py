@@ -12,9 +12,8 @@ from typing import Any
 import structlog
 from thespian.actors import ActorAddress, WakeupMessage
 
-from actors.base import ContractActor
 from actors.messages import (
-    ApprovalTaken,
+    AskOwner,
     CardExpired,
     DecidePromotion,
     GateTool,
@@ -31,8 +30,10 @@ from actors.messages import (
     TurnEnded,
     Wire,
 )
+from actors.wired import WiredActor
 from shelldon.config import Settings
 from shelldon.contracts import (
+    ContractError,
     Message,
     Op,
     ProposeTool,
@@ -41,9 +42,16 @@ from shelldon.contracts import (
     Role,
     Schedule,
     TurnRequest,
+    decode,
+    encode,
 )
+from shelldon.owner_commands import answer_command
+from shelldon.replies import describe_call
 from shelldon.rules import arbiter as rules
-from shelldon.rules.owner_commands import answer_command
+from shelldon.rules import effects as fx
+from shelldon.rules.commands import owners_of
+from shelldon.rules.inbox_plan import InboxView, inbox_view
+from shelldon.rules.replies import EXPIRED, approval_question
 from shelldon.store import Store
 from shelldon.toolbox.toolbox import Toolbox
 from shelldon.worker.prompt import recent_history
@@ -55,17 +63,18 @@ DUE_AT_ONCE = 50
 
 
 SENDS: dict[type, tuple[str, Callable[[Any], Any]]] = {
-    rules.Say: ("transport", lambda e: Reply(e.chat_id, e.text, markdown_chars=e.markdown_chars)),
-    rules.SettleTap: ("transport", lambda e: Settle(e.decision, e.outcome, e.final)),
-    rules.ExpireCard: (
+    fx.Say: ("transport", lambda e: Reply(e.chat_id, e.text, markdown_chars=e.markdown_chars)),
+    fx.SettleTap: ("transport", lambda e: Settle(e.decision, e.outcome, e.final)),
+    fx.ExpireCard: (
         "transport",
         lambda e: CardExpired(e.chat_id, e.turn_id, e.outcome, e.notice),
     ),
-    rules.NowIdle: ("transport", lambda e: Idle(e.chat_id)),
-    rules.RoutePromotion: ("gate", lambda e: DecidePromotion(e.decision)),
-    rules.TakeParked: ("approvals", lambda e: TakeApproval(e.decision, e.tapped_at)),
-    rules.Resume: ("turn", lambda e: StartResume(e.request)),
-    rules.Strike: ("strikes", lambda e: StrikeTools(e.chat_id, e.failures)),
+    fx.NowIdle: ("transport", lambda e: Idle(e.chat_id)),
+    fx.RoutePromotion: ("gate", lambda e: DecidePromotion(e.decision)),
+    # To itself: the approval is taken once the inbox read that asked for it is done.
+    fx.TakeParked: ("arbiter", lambda e: TakeApproval(e.decision, e.tapped_at)),
+    fx.Resume: ("turn", lambda e: StartResume(e.request)),
+    fx.Strike: ("strikes", lambda e: StrikeTools(e.chat_id, e.failures)),
 }
 """Effects that are one message to one peer: the peer's role and the message."""
 
@@ -75,38 +84,31 @@ class InboxOutOfStep(RuntimeError):
     crashes and is rebuilt from sqlite."""
 
 
-class ArbiterActor(ContractActor):
+class ArbiterActor(WiredActor):
     """Admits one turn at a time and keeps the schedule and the daily budget."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.settings: Settings | None = None
-        self.peers: dict[str, Any] = {}
-        self.store: Store | None = None
         self.selfcode: Toolbox | None = None
         self.arbiter: rules.Arbiter | None = None
 
-    def receiveMsg_Wire(self, msg: Wire, sender: ActorAddress) -> None:
-        self.settings, self.peers = msg.settings, msg.peers
-        if self.store is None:
-            self.store = Store(msg.settings.database)
+    def wired(self, msg: Wire, *, first: bool) -> None:
+        assert self.store is not None
         self.selfcode = Toolbox.from_settings(msg.settings, self.store)
-        owners = rules.owners_of(
-            msg.settings.telegram.allowed_users, console=msg.transport == "console"
-        )
+        owners = owners_of(msg.settings.telegram.allowed_users, console=msg.transport == "console")
         if self.arbiter is not None:
             self.arbiter.owners = owners
-            self._run([rules.Pump()])
+            self._run([fx.Pump()])
             return
         self.arbiter = rules.Arbiter(msg.settings.limits, owners)
         started = self.arbiter.on_start(
             fresh=msg.fresh,
             console=msg.transport == "console",
-            unanswered=self.store.unanswered_inbox(),
-            unfinished=self.store.unfinished_inbox(),
+            unanswered=self.store.inbox.unanswered(),
+            unfinished=self.store.inbox.unfinished(),
             now=time.time(),
         )
-        self._run([*started, rules.Pump()])
+        self._run([*started, fx.Pump()])
         self.wakeupAfter(dt.timedelta(seconds=0.05), payload="tick")
 
     def receiveMsg_PeerRestarted(self, msg: PeerRestarted, sender: ActorAddress) -> None:
@@ -115,13 +117,13 @@ class ArbiterActor(ContractActor):
 
     def receiveMsg_InboxChanged(self, msg: InboxChanged, sender: ActorAddress) -> None:
         if self.arbiter is not None:  # before its Wire, the inbox is read once wired
-            self._run([rules.Pump()])
+            self._run([fx.Pump()])
 
     def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: ActorAddress) -> None:
         if self.arbiter is None:
             return
         if msg.payload == "due":
-            self._run([rules.Pump()])
+            self._run([fx.Pump()])
         elif msg.payload == "expiry":
             self._run(self.arbiter.on_expiry_due(time.time()))
         elif msg.payload == "tick":
@@ -131,18 +133,43 @@ class ArbiterActor(ContractActor):
         if self.arbiter is not None:
             self._run(self.arbiter.on_turn_ended(msg.chat_id, msg.result))
 
-    def receiveMsg_ApprovalTaken(self, msg: ApprovalTaken, sender: ActorAddress) -> None:
+    def receiveMsg_ParkApproval(self, msg: ParkApproval, sender: ActorAddress) -> None:
         if self.arbiter is not None:
-            parked = msg.parked if msg.status == "ok" else None
-            self._run(self.arbiter.on_approval_taken(msg.decision, parked, msg.status))
+            self._run(self.arbiter.on_park(msg.turn_id, msg.chat_id, msg.op))
+
+    def receiveMsg_TakeApproval(self, msg: TakeApproval, sender: ActorAddress) -> None:
+        assert self.store is not None and self.arbiter is not None
+        now, decision = time.time(), msg.decision
+        # A tap queued behind a running turn counts from when it was accepted.
+        taken = self.store.parked.take_approval(decision.turn_id, msg.tapped_at or now)
+        parked, status, turn_id = None, taken.status, decision.turn_id
+        if status == "ok":
+            try:
+                parked = decode(taken.blob)
+                if not isinstance(parked, RequestToolApproval):
+                    raise ContractError(f"parked blob holds {type(parked).__name__}")
+            except ContractError as exc:
+                log.error("parked_approval_corrupt", turn_id=turn_id, error=str(exc))
+                parked, status = None, "corrupt"
+                error = {"error": str(exc)}
+                self.store.audit.record("approvals", status, turn_id, error, now, turn_id=turn_id)
+            else:
+                action = "approved" if decision.approved else "denied"
+                detail = {"args": parked.call.args}
+                self.store.audit.record(
+                    "owner", action, parked.call.name, detail, now, turn_id=turn_id
+                )
+        else:
+            log.info("approval_not_taken", turn_id=turn_id, status=status)
+        self._run(self.arbiter.on_approval_taken(decision, parked, status))
 
     # ---------------------------------------------------------------- effects
 
-    def _run(self, effects: list[rules.Effect]) -> None:
+    def _run(self, effects: list[fx.Effect]) -> None:
         for effect in effects:
             self._carry_out(effect)
 
-    def _carry_out(self, effect: rules.Effect) -> None:
+    def _carry_out(self, effect: fx.Effect) -> None:
         store, settings, arbiter = self.store, self.settings, self.arbiter
         assert store is not None and settings is not None and arbiter is not None
         now = time.time()
@@ -151,55 +178,58 @@ class ArbiterActor(ContractActor):
             self.send(self.peers[role], message(effect))
             return
         match effect:
-            case rules.Pump(idle_chat):
+            case fx.RefusePark(turn_id, call, why):
+                detail = {"args": call.args, "why": why}
+                store.audit.record("approvals", "refused", call.name, detail, now, turn_id=turn_id)
+            case fx.Pump(idle_chat):
                 self._run(arbiter.on_inbox(self._inbox_view(store, now), idle_chat))
-            case rules.TakeRow(item_id, turn_id):
-                if not store.take_inbox(item_id, now, turn_id=turn_id):
+            case fx.TakeRow(item_id, turn_id):
+                if not store.inbox.take(item_id, now, turn_id=turn_id):
                     raise InboxOutOfStep(f"inbox row {item_id} was taken by someone else")
-            case rules.AnswerCommand(chat_id, name, arg):
+            case fx.AnswerCommand(chat_id, name, arg):
                 assert self.selfcode is not None
                 text = answer_command(
                     name, arg, store, self.selfcode, settings, now, chat_id=chat_id
                 )
                 self.send(self.peers["transport"], Reply(chat_id, text))
-            case rules.BeginTurn():
+            case fx.BeginTurn():
                 self._begin(store, settings, effect)
-            case rules.FinishInbox(turn_id):
-                store.finish_inbox(turn_id, now)
-            case rules.RecordReply(chat_id, text):
-                store.append_message(chat_id, "assistant", text, now)
-            case rules.ApplyOp(turn_id, chat_id, op):
+            case fx.FinishInbox(turn_id):
+                store.inbox.finish(turn_id, now)
+            case fx.RecordReply(chat_id, text):
+                store.conversation.append(chat_id, "assistant", text, now)
+            case fx.ApplyOp(turn_id, chat_id, op):
                 self._apply(store, turn_id, chat_id, op, now)
-            case rules.TakeRepair() | rules.DropRepair() | rules.SpendBudget():
+            case fx.TakeRepair() | fx.DropRepair() | fx.SpendBudget():
                 self._repair(store, settings, arbiter, effect, now)
-            case rules.StartDue(schedule_id, day):
+            case fx.StartDue(schedule_id, day):
                 self._start_due(store, schedule_id, now)
-                if not store.spend_budget(day, 1, settings.limits.daily_turn_budget):
+                if not store.schedule.spend_budget(day, 1, settings.limits.daily_turn_budget):
                     raise InboxOutOfStep(f"the budget of {day} was spent behind my back")
-            case rules.RefuseDue(schedule_id, prompt):
+            case fx.RefuseDue(schedule_id, prompt):
                 self._start_due(store, schedule_id, now)
                 detail = {"reason": "daily budget spent"}
-                store.audit("arbiter", "schedule_refused", prompt, detail, now)
-            case rules.ExpireParked(at, keep):
+                store.audit.record("arbiter", "schedule_refused", prompt, detail, now)
+            case fx.ExpireParked(at, keep):
                 self._expire(store, at, keep)
-            case rules.Abandon(item_ids):
-                store.abandon_inbox(list(item_ids), now)
-            case rules.Reoffer():
-                again = store.reoffer_inbox()
+            case fx.Abandon(item_ids):
+                store.inbox.abandon(list(item_ids), now)
+            case fx.Reoffer():
+                again = store.inbox.reoffer()
                 if again:
                     log.warning("turns_cut_short_reoffered", messages=again)
-            case rules.ArmTick():
-                delay = rules.tick_delay(store.next_due(), time.time())
+            case fx.ArmTick():
+                delay = rules.tick_delay(store.schedule.next_due(), time.time())
                 self.wakeupAfter(dt.timedelta(seconds=delay), payload="tick")
             case _:
                 raise TypeError(f"the arbiter has no way to carry out {effect!r}")
 
     def _expire(self, store: Store, at: float, keep: Collection[str]) -> None:
-        expired = store.expire_pending(at, keep)
+        expired = store.parked.expire_pending(at, keep)
         for gone in expired:
             log.info("pending_expired", kind=gone.kind, turn_id=gone.turn_id)
             detail = {"kind": gone.kind}
-            store.audit("arbiter", "expired", gone.summary, detail, at, turn_id=gone.turn_id)
+            store.audit.record("arbiter", "expired", gone.summary, detail, at, turn_id=gone.turn_id)
         self._run(rules.expired_cards(expired, at))
 
     def _repair(
@@ -207,47 +237,49 @@ class ArbiterActor(ContractActor):
         store: Store,
         settings: Settings,
         arbiter: rules.Arbiter,
-        effect: rules.TakeRepair | rules.DropRepair | rules.SpendBudget,
+        effect: fx.TakeRepair | fx.DropRepair | fx.SpendBudget,
         now: float,
     ) -> None:
         match effect:
-            case rules.TakeRepair(decision, turn_id):
-                offer = store.take_repair(decision.turn_id, now, turn_id)
-                spent = store.budget_spent(rules.budget_day(now))
+            case fx.TakeRepair(decision, turn_id):
+                offer = store.parked.take_repair(decision.turn_id, now, turn_id)
+                spent = store.schedule.budget_spent(rules.budget_day(now))
                 if offer is not None:
                     detail = {"round": offer.round + 1, "offer": decision.turn_id}
-                    store.audit("owner", "repair_started", offer.name, detail, now, turn_id=turn_id)
+                    store.audit.record(
+                        "owner", "repair_started", offer.name, detail, now, turn_id=turn_id
+                    )
                 self._run(arbiter.on_repair_taken(decision, turn_id, offer, spent, now))
-            case rules.DropRepair(decision):
-                offer = store.take_repair(decision.turn_id, now)
-                outcome = rules.EXPIRED
+            case fx.DropRepair(decision):
+                offer = store.parked.take_repair(decision.turn_id, now)
+                outcome = EXPIRED
                 if offer is not None:
                     detail = {"round": offer.round, "offer": decision.turn_id}
-                    store.audit("owner", "repair_dropped", offer.name, detail, now)
+                    store.audit.record("owner", "repair_dropped", offer.name, detail, now)
                     outcome = f"🗑 Dropped {offer.name}."
                 self.send(self.peers["transport"], Settle(decision, outcome))
-            case rules.SpendBudget(day):
-                if not store.spend_budget(day, 1, settings.limits.daily_turn_budget):
+            case fx.SpendBudget(day):
+                if not store.schedule.spend_budget(day, 1, settings.limits.daily_turn_budget):
                     raise InboxOutOfStep(f"the budget of {day} was spent behind my back")
 
     def _start_due(self, store: Store, schedule_id: int, now: float) -> None:
-        if not store.start_due(schedule_id, now):
+        if not store.schedule.start(schedule_id, now):
             raise InboxOutOfStep(f"scheduled turn {schedule_id} was started already")
 
-    def _inbox_view(self, store: Store, now: float) -> rules.InboxView:
-        return rules.inbox_view(
-            rows=[(item.id, item.blob) for item in store.inbox()],
-            parked=[(p.kind, p.turn_id) for p in store.pending()],
-            due=store.due(now, limit=DUE_AT_ONCE),
-            spent_today=store.budget_spent(rules.budget_day(now)),
+    def _inbox_view(self, store: Store, now: float) -> InboxView:
+        return inbox_view(
+            rows=[(item.id, item.blob) for item in store.inbox.waiting()],
+            parked=[(p.kind, p.turn_id) for p in store.parked.pending()],
+            due=store.schedule.due(now, limit=DUE_AT_ONCE),
+            spent_today=store.schedule.budget_spent(rules.budget_day(now)),
             now=now,
         )
 
-    def _begin(self, store: Store, settings: Settings, begin: rules.BeginTurn) -> None:
+    def _begin(self, store: Store, settings: Settings, begin: fx.BeginTurn) -> None:
         roles = {"user": Role.USER, "assistant": Role.ASSISTANT}
         stored = tuple(
             Message(roles[m.role], m.content)
-            for m in store.recent_messages(begin.chat_id, limit=40)
+            for m in store.conversation.recent(begin.chat_id, limit=40)
             if m.role in roles
         )
         # Only the window the prompt will use travels to the worker: a long conversation must
@@ -257,27 +289,38 @@ class ArbiterActor(ContractActor):
             chat_id=begin.chat_id,
             text=begin.text,
             history=recent_history(stored, settings.limits.history_chars),
-            facts=tuple(store.facts()),
+            facts=tuple(store.conversation.facts()),
             source=begin.source,
         )
         self.send(self.peers["turn"], StartTurn(request))
         log.info("turn_started", turn_id=begin.turn_id, source=begin.source)
-        store.append_message(begin.chat_id, "user", begin.record or begin.text, time.time())
+        store.conversation.append(begin.chat_id, "user", begin.record or begin.text, time.time())
 
     def _apply(self, store: Store, turn_id: str, chat_id: int, op: Op, now: float) -> None:
         if isinstance(op, RequestToolApproval):
-            self.send(self.peers["approvals"], ParkApproval(turn_id, chat_id, op))
+            summary = describe_call(op.call)
+            limits = self.settings.limits if self.settings else None
+            assert limits is not None
+            store.parked.park_approval(
+                turn_id, chat_id, encode(op), summary, now, limits.approval_ttl_s
+            )
+            detail = {"args": op.call.args}
+            store.audit.record("worker", "requested", op.call.name, detail, now, turn_id=turn_id)
+            # The parent's own words for the call, never the worker's summary of it.
+            ask = AskOwner(chat_id, turn_id, approval_question(summary), call=op.call)
+            self.send(self.peers["transport"], ask)
             # Told when it expires, not up to a tick later.
-            ttl = self.settings.limits.approval_ttl_s if self.settings else 0
-            self.wakeupAfter(dt.timedelta(seconds=ttl + 0.05), payload="expiry")
+            self.wakeupAfter(dt.timedelta(seconds=limits.approval_ttl_s + 0.05), payload="expiry")
         elif isinstance(op, ProposeTool):
             # Each proposal gets its own id: a turn may propose several tools. Its repair round
             # comes from the store's record of the turn, never from the proposal.
-            job = GateTool(rules.new_turn_id("p"), chat_id, op, store.repair_round_of(turn_id))
+            job = GateTool(
+                rules.new_turn_id("p"), chat_id, op, store.parked.repair_round_of(turn_id)
+            )
             self.send(self.peers["gate"], job)
         elif isinstance(op, Remember):
-            store.remember(op.fact, now)
+            store.conversation.remember(op.fact, now)
         elif isinstance(op, Schedule):
-            store.schedule(chat_id, op.at, op.prompt, now)
+            store.schedule.add(chat_id, op.at, op.prompt, now)
             log.info("turn_scheduled", at=op.at, prompt=op.prompt[:80])
             self.wakeupAfter(dt.timedelta(seconds=max(0.05, op.at - now)), payload="due")

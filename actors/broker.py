@@ -10,16 +10,15 @@ from typing import Any
 import structlog
 from thespian.actors import ActorAddress, ActorExitRequest, WatchMessage
 
-from actors.base import ContractActor
 from actors.bridge import AsyncBridge
 from actors.messages import JobAnswer, Wire
+from actors.wired import WiredActor
 from shelldon.contracts import Job, JobFailed, Usage
-from shelldon.store import Store
 
 log = structlog.get_logger(__name__)
 
 
-class BrokerActor(ContractActor):
+class BrokerActor(WiredActor):
     """The only actor (with the transport) that holds a credential. Executes nothing."""
 
     def __init__(self) -> None:
@@ -28,15 +27,13 @@ class BrokerActor(ContractActor):
         self.bridge: AsyncBridge | None = None
         self.load_kind = "unconfigured"
         self.load_error = ""
-        self.store: Store | None = None
         self.brain: tuple[str, str] = ("", "")  # provider, model: what /usage counts under
 
-    def receiveMsg_Wire(self, msg: Wire, sender: ActorAddress) -> None:
+    def wired(self, msg: Wire, *, first: bool) -> None:
         from shelldon.broker import load_provider
 
-        if self.bridge is not None:
-            return  # a re-Wire after a peer restart changes addresses only
-        self.store = Store(msg.settings.database)
+        if not first:
+            return
         self.brain = (msg.settings.brain.provider, msg.settings.brain.model)
         self.bridge = AsyncBridge("broker")
         self.watch(self.bridge.fileno())
@@ -98,7 +95,7 @@ class BrokerActor(ContractActor):
             return
         provider, model = self.brain
         try:
-            self.store.record_model_call(
+            self.store.usage.record(
                 provider, model, usage.input_tokens, usage.output_tokens, time.time(), turn_id
             )
         except sqlite3.Error as exc:

@@ -24,7 +24,7 @@ from actors.messages import (
 )
 from actors.transport_side import TransportSide
 from shelldon.contracts import Decision, InboundMessage, encode
-from shelldon.rules.arbiter import is_chat
+from shelldon.rules.commands import is_chat
 from shelldon.transport.console import (
     ASK,
     INDENT,
@@ -103,7 +103,7 @@ class ConsoleSide(TransportSide):
 
     def _handoff(self, event: InboundMessage | Decision) -> None:
         assert self.actor.store is not None
-        self.actor.store.put_inbox(encode(event), time.time())
+        self.actor.store.inbox.put(encode(event), time.time())
         self.actor.send(self.actor.peers["arbiter"], InboxChanged())
 
     def _story_next(self) -> None:

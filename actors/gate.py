@@ -1,12 +1,14 @@
-"""GateRunnerActor: stages a proposed tool, gates it (AST checks + sandboxed pytest) without
-blocking its mailbox, parks a passing tool for the owner's tap, and promotes or discards it."""
+"""GateRunnerActor, the toolbox's one owner: stages a proposed tool, gates it (AST checks +
+sandboxed pytest) without blocking its mailbox, parks a passing tool for the owner's tap,
+promotes or discards it, and quarantines a tool that reached the strike threshold."""
 
 from __future__ import annotations
 
-import ast
 import collections
+import dataclasses
 import datetime as dt
 import time
+from pathlib import Path
 
 import structlog
 from thespian.actors import ActorAddress, ActorExitRequest, WakeupMessage, WatchMessage
@@ -16,43 +18,23 @@ from actors.messages import (
     AskOwner,
     DecidePromotion,
     GateTool,
+    QuarantineDue,
     Reply,
     Settle,
     Wire,
 )
 from actors.wired import WiredActor
-from shelldon.rules.repair import capped_report, offers_repair
-from shelldon.store import RepairOffer
-from shelldon.toolbox.convention import read_declaration
-from shelldon.toolbox.diff import replacement_diff, replaces_line
-from shelldon.toolbox.gate import GateReport, GateRun
+from shelldon.contracts import Decision
+from shelldon.proc.child import SpawnError
+from shelldon.rules import promotion
+from shelldon.rules.effects import RecordReply, SettleTap
+from shelldon.rules.promotion import Proposal
+from shelldon.rules.strikes import quarantine_reason, quarantined_text
+from shelldon.toolbox.gate import GateLimits, GateProcess, GateReport, GateRun
 from shelldon.toolbox.toolbox import LiveSource, Staged, Toolbox, ToolboxError
+from shelldon.worker.zygote import Zygote
 
 log = structlog.get_logger(__name__)
-
-
-def tool_description(code: str) -> str:
-    """The module's DESCRIPTION, read by AST (never imported); empty when it has none."""
-    try:
-        declaration, _problems = read_declaration(ast.parse(code))
-    except (SyntaxError, ValueError):
-        return ""
-    return declaration.description if declaration else ""
-
-
-def gate_summary(report: GateReport) -> str:
-    """One paragraph for the owner and the model about how the gate went."""
-    head = (
-        f"passed: {report.tests_passed} test(s) in {report.duration_s:.1f} s"
-        if report.passed
-        else f"failed after {report.duration_s:.1f} s"
-    )
-    parts = [head]
-    if report.findings:
-        parts.append("findings: " + "; ".join(report.findings))
-    if report.dynamic_imports:
-        parts.append("unverifiable dynamic imports: " + ", ".join(report.dynamic_imports))
-    return "\n".join(parts)
 
 
 class GateRunnerActor(WiredActor):
@@ -63,10 +45,12 @@ class GateRunnerActor(WiredActor):
         self.selfcode: Toolbox | None = None
         self.queue: collections.deque[GateTool] = collections.deque()
         self.running: tuple[GateTool, GateRun, Staged, LiveSource | None] | None = None
+        self.zygote: Zygote | None = None
 
     def wired(self, msg: Wire, *, first: bool) -> None:
         assert self.store is not None
         self.selfcode = Toolbox.from_settings(msg.settings, self.store)
+        self.zygote = msg.zygote
         if first:
             # A gate cut short by a crash left its staging directory; parked promotions keep
             # their bytes in the store, so none is needed.
@@ -90,12 +74,21 @@ class GateRunnerActor(WiredActor):
                 text = f"I tried to write a tool called {p.name!r}, but: {exc}"
                 self._tell(job.chat_id, text, kind=TOOL_REFUSED)
                 continue
-            run = self.selfcode.start_gate(staged)
+            run = self.selfcode.start_gate(staged, self._fork_gate)
             self.running = (job, run, staged, base)
             if run.fd is not None:
                 self.watch(run.fd)
             self.wakeupAfter(dt.timedelta(seconds=0.2), payload=("gate", job.turn_id))
             self._poll()
+
+    def _fork_gate(
+        self, staging: Path, private: Path, name: str, limits: GateLimits
+    ) -> GateProcess:
+        """The gate's pytest, forked by the zygote (this process holds the transport's and the
+        broker's secrets: it never forks model-written code)."""
+        if self.zygote is None:
+            raise SpawnError("no zygote to fork the gate: this process never forks")
+        return self.zygote.spawn_gate(staging, private, name, limits)
 
     def _poll(self) -> None:
         if self.running is None:
@@ -124,170 +117,88 @@ class GateRunnerActor(WiredActor):
     def _gated(
         self, job: GateTool, staged: Staged, base: LiveSource | None, report: GateReport
     ) -> None:
-        assert self.store is not None and self.settings is not None
-        now, summary, limits = time.time(), gate_summary(report), self.settings.limits
-        name, digest = staged.name, staged.code_hash
-        self.store.audit(
-            "gate",
-            "passed" if report.passed else "failed",
-            name,
-            {"findings": list(report.findings), "round": job.round},
-            now,
-            code_hash=digest,
-            turn_id=job.turn_id,
-        )
-        if not report.passed:
-            self._failed(job, staged, report, summary, now)
-            return
-        self.store.park_promotion(
-            job.turn_id,
-            job.chat_id,
-            name,
-            digest,
-            f"tool {name}" + (" (new version)" if base else ""),
-            now,
-            limits.approval_ttl_s,
-            # The bytes the gate judged: promotion writes these, never a file from staging.
-            code=staged.code,
-            test=staged.test,
-            replaces_hash=base.code_hash if base else "",
-        )
-        if base is None:
-            text = f"I wrote a tool called {name} and it passed its test — add it to my toolbox?"
-            replaces = diff = ""
-        else:
-            text = f"I wrote a new version of {name} and it passed its test — replace the live one?"
-            replaces = replaces_line(name, base.approved_at, base.state)
-            diff = replacement_diff(name, base.code, base.test, staged.code, staged.test)
-        ask = AskOwner(
-            job.chat_id,
-            job.turn_id,
-            text,
-            proposal=job.proposal,
-            description=tool_description(job.proposal.code),
-            gate_summary=summary,
-            replaces=replaces,
-            diff=diff,
-        )
-        self.send(self.peers["transport"], ask)
-
-    def _failed(
-        self, job: GateTool, staged: Staged, report: GateReport, summary: str, now: float
-    ) -> None:
-        assert self.store is not None and self.settings is not None
-        name, limits = staged.name, self.settings.limits
-        repairable = offers_repair(
-            passed=report.passed, unavailable=report.unavailable, round=job.round, limits=limits
-        )
-        if report.unavailable:
-            text = (
-                f"I wrote a tool called {name}, but my gate could not test it, so I dropped "
-                "it: my install needs fixing, not the tool; ask me again once it is fixed."
-                f"\n{summary}"
-            )
-        elif repairable and job.round:
-            text = (
-                f"My fix of {name} (repair round {job.round} of {limits.max_repair_rounds}) "
-                f"failed its gate too.\n{summary}"
-            )
-        elif repairable:
-            text = f"I wrote a tool called {name}, but it failed its gate.\n{summary}"
-        else:
-            rounds = f" after {job.round} repair round(s)" if job.round else ""
-            text = (
-                f"I wrote a tool called {name}, but it failed its gate{rounds}, so I threw "
-                f"it away.\n{summary}"
-            )
-        # The model reads the conversation next turn: it learns why, too.
-        self.store.append_message(job.chat_id, "assistant", text, now)
-        if not repairable:
-            self._tell(job.chat_id, text, pre_output=report.output, kind=TOOL_REFUSED)
-            return
-        offer = RepairOffer(
-            offer_id=job.turn_id,
-            chat_id=job.chat_id,
-            name=name,
-            round=job.round,
-            code=staged.code,
-            test=staged.test,
-            replaces=job.proposal.replaces,
-            report=capped_report(summary, report.output, limits.repair_report_chars),
-        )
-        self.store.park_repair(offer, f"tool {name}", now, limits.approval_ttl_s)
-        ask = AskOwner(
-            job.chat_id,
-            job.turn_id,
-            text,
-            proposal=job.proposal,
-            gate_summary=summary,
-            failed=True,
-            output=report.output[-1500:],
-        )
-        self.send(self.peers["transport"], ask)
+        assert self.settings is not None
+        proposal = Proposal(job.turn_id, job.chat_id, job.proposal, job.round)
+        self._run(promotion.gated(proposal, staged, base, report, self.settings.limits))
 
     def receiveMsg_DecidePromotion(self, msg: DecidePromotion, sender: ActorAddress) -> None:
+        assert self.store is not None
+        taken = self.store.parked.take_promotion(msg.decision.turn_id, time.time())
+        self._run(promotion.promotion_taken(msg.decision, taken), msg.decision)
+
+    def _run(self, effects: list[promotion.Effect], decision: Decision | None = None) -> None:
+        for effect in effects:
+            self._carry_out(effect, decision)
+
+    def _carry_out(self, effect: promotion.Effect, decision: Decision | None) -> None:
         assert self.store is not None and self.selfcode is not None
-        decision, now = msg.decision, time.time()
-        taken = self.store.take_promotion(decision.turn_id, now)
-        if taken.status != "ok":
-            self.send(self.peers["transport"], Settle(decision, "That request expired."))
-            return
-        name, _, digest = taken.blob.decode().partition("\0")
-        replacing = bool(taken.replaces_hash)
-        if decision.approved:
-            try:
-                self.selfcode.promote(
-                    name,
-                    taken.code,
-                    taken.test,
-                    expected_hash=digest,
-                    replace=replacing,
-                    replaces_hash=taken.replaces_hash,
-                    turn_id=decision.turn_id,
+        now, store = time.time(), self.store
+        match effect:
+            case promotion.Audit(actor, action, subject, detail, code_hash, turn_id):
+                store.audit.record(
+                    actor, action, subject, dict(detail), now, code_hash=code_hash, turn_id=turn_id
                 )
-            except ToolboxError as exc:
-                self.store.audit(
-                    "owner",
-                    "promote_failed",
-                    name,
-                    {"error": str(exc)},
+            case promotion.ParkPromotion() as p:
+                store.parked.park_promotion(
+                    p.turn_id,
+                    p.chat_id,
+                    p.name,
+                    p.code_hash,
+                    p.summary,
                     now,
-                    code_hash=digest,
-                    turn_id=decision.turn_id,
+                    p.ttl_s,
+                    code=p.code,
+                    test=p.test,
+                    replaces_hash=p.replaces_hash,
                 )
-                self.send(self.peers["transport"], Settle(decision, f"Could not add {name}: {exc}"))
-                return
-            detail = {"replaced": taken.replaces_hash} if replacing else {}
-            self.store.audit(
-                "owner", "promoted", name, detail, now, code_hash=digest, turn_id=decision.turn_id
-            )
-            if replacing:
-                # The strikes were the old code's.
-                self.store.reset_strikes(name)
-            what = "new version of" if replacing else "new tool"
-            self.store.append_message(
-                decision.chat_id,
-                "assistant",
-                f"(The owner approved my {what} {name}; it is live.)",
-                now,
-            )
-            outcome = (
-                f"✅ Replaced {name} — the new version is live from your next message."
-                if replacing
-                else f"✅ Added {name} — it's live from your next message."
-            )
-        else:
-            # Nothing to delete: the parked bytes went with the row, the gate's dir with the gate.
-            self.store.audit(
-                "owner", "discarded", name, {}, now, code_hash=digest, turn_id=decision.turn_id
-            )
-            outcome = f"❌ Discarded {name}."
-        self.send(self.peers["transport"], Settle(decision, outcome))
+                self._ask(p.ask)
+            case promotion.ParkRepair(offer, summary, ttl_s, ask):
+                store.parked.park_repair(offer, summary, now, ttl_s)
+                self._ask(ask)
+            case RecordReply(chat_id, text):
+                store.conversation.append(chat_id, "assistant", text, now)
+            case promotion.Refuse(chat_id, text, output):
+                self._tell(chat_id, text, pre_output=output, kind=TOOL_REFUSED)
+            case promotion.Promote() as p:
+                assert decision is not None
+                try:
+                    self.selfcode.promote(
+                        p.name,
+                        p.code,
+                        p.test,
+                        expected_hash=p.code_hash,
+                        replace=bool(p.replaces_hash),
+                        replaces_hash=p.replaces_hash,
+                        turn_id=p.turn_id,
+                    )
+                except ToolboxError as exc:
+                    self._run(promotion.promoted(decision, p, str(exc)), decision)
+                    return
+                self._run(promotion.promoted(decision, p), decision)
+            case promotion.ResetStrikes(name):
+                store.tools.reset_strikes(name)
+            case SettleTap(tapped, outcome, final):
+                self.send(self.peers["transport"], Settle(tapped, outcome, final))
+
+    def receiveMsg_QuarantineDue(self, msg: QuarantineDue, sender: ActorAddress) -> None:
+        assert self.store is not None and self.selfcode is not None
+        reason = quarantine_reason(msg.strikes, msg.last_error)
+        try:
+            self.selfcode.quarantine(msg.name, reason)
+        except ToolboxError as exc:
+            log.info("quarantine_skipped", tool=msg.name, why=str(exc))
+            return
+        self.store.audit.record("toolbox", "quarantined", msg.name, {"reason": reason}, time.time())
+        self._tell(msg.chat_id, quarantined_text(msg.name, msg.strikes, msg.last_error))
 
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: ActorAddress) -> None:
         if self.running is not None:
             self.running[1].kill()
             self.running = None
+
+    def _ask(self, ask: promotion.Ask) -> None:
+        fields = {f.name: getattr(ask, f.name) for f in dataclasses.fields(ask)}
+        self.send(self.peers["transport"], AskOwner(**fields))
 
     def _tell(self, chat_id: int, text: str, pre_output: str = "", kind: str = "") -> None:
         if pre_output:

@@ -7,9 +7,12 @@ a message is handed over as it is, never pickled; frozen, so no actor changes on
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shelldon.config import Settings
+
+if TYPE_CHECKING:
+    from shelldon.worker.zygote import Zygote
 from shelldon.contracts import (
     Completion,
     Decision,
@@ -36,6 +39,8 @@ class Wire:
     auto_yes: bool = False
     # True in the wiring at service start; False when re-wiring after an actor's restart.
     fresh: bool = True
+    # What forks workers and gate runs: this process holds secrets and never forks.
+    zygote: Zygote | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +143,7 @@ class TurnEnded:
 
 @dataclass(frozen=True, slots=True)
 class ParkApproval:
-    """Arbiter → approval store: park a RISKY call and ask the owner."""
+    """→ arbiter (the owner of parked rows): park a RISKY call and ask the owner."""
 
     turn_id: str
     chat_id: int
@@ -147,20 +152,11 @@ class ParkApproval:
 
 @dataclass(frozen=True, slots=True)
 class TakeApproval:
-    """Arbiter → approval store: consume the parked call for this decision, judging its
+    """Arbiter → itself: consume the parked call for this decision, judging its
     expiry at ``tapped_at`` (a queued tap's acceptance; 0: now)."""
 
     decision: Decision
     tapped_at: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class ApprovalTaken:
-    """Approval store → arbiter: the parked call (status "ok"), or why not."""
-
-    decision: Decision
-    status: str
-    parked: RequestToolApproval | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +187,7 @@ class StrikeTools:
 
 @dataclass(frozen=True, slots=True)
 class QuarantineDue:
-    """Strike ledger → supervisor: a tool reached the strike threshold."""
+    """Strike ledger → gate runner (the toolbox's owner): a tool reached the strike threshold."""
 
     chat_id: int
     name: str
@@ -228,6 +224,7 @@ class Boot:
     console_fds: tuple[int, ...] = ()
     story: tuple[tuple[str, bool], ...] = ()
     auto_yes: bool = False
+    zygote: Zygote | None = None
 
 
 @dataclass(frozen=True, slots=True)

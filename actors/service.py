@@ -9,7 +9,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -18,6 +18,9 @@ from actors.messages import CONSOLE_DONE, Boot, Ping, Status
 from actors.system import start_actor_system, stop_actor_system
 from shelldon.config import Settings
 from shelldon.sdnotify import Notifier
+
+if TYPE_CHECKING:
+    from shelldon.worker.zygote import Zygote
 
 log = structlog.get_logger(__name__)
 
@@ -43,7 +46,7 @@ def run_service(
     console: Console | None = None,
     story: tuple[tuple[str, bool], ...] = (),
     auto_yes: bool = False,
-    zygote: Any = None,
+    zygote: Zygote | None = None,
 ) -> int:
     """Run until SIGTERM/SIGINT, the console session ends, or a fatal error; return the exit
     status (0 on a clean stop, 130 after Ctrl-C).
@@ -51,19 +54,14 @@ def run_service(
     Every worker is forked by ``zygote`` (started here if the caller did not: it must leave
     before the transport and the broker read their secrets) and stopped here.
     """
-    from actors.turn import use_zygote
-
     if zygote is None:
         from shelldon.worker.zygote import Zygote
 
         zygote = Zygote.start(settings)
-    use_zygote(zygote)
     try:
-        return _serve(settings, transport, console, story, auto_yes)
+        return _serve(settings, transport, console, story, auto_yes, zygote)
     finally:
-        use_zygote(None)
-        if zygote is not None:
-            zygote.stop()
+        zygote.stop()
 
 
 def _serve(
@@ -72,6 +70,7 @@ def _serve(
     console: Console | None,
     story: tuple[tuple[str, bool], ...],
     auto_yes: bool,
+    zygote: Zygote,
 ) -> int:
     from actors.supervisor import SupervisorActor
 
@@ -116,7 +115,7 @@ def _serve(
         asys = running.system
         supervisor = asys.createActor(SupervisorActor)
         fds = (console.in_fd, console.out_fd, console.done_w) if console else ()
-        boot = Boot(settings, transport, fds, story, auto_yes)
+        boot = Boot(settings, transport, fds, story, auto_yes, zygote)
         reply = ask(driver, supervisor, boot)
         if not isinstance(reply, Status) or not reply.ready:
             log.error("service_not_ready", reply=repr(reply))

@@ -1,5 +1,5 @@
 """StrikeLedgerActor: debits a strike per self-coded tool failure (never a built-in's) and
-tells the supervisor when a tool reaches the threshold."""
+tells the toolbox's owner (the gate runner) when a tool reaches the threshold."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from thespian.actors import ActorAddress
 
 from actors.messages import QuarantineDue, StrikeTools
 from actors.wired import WiredActor
+from shelldon.rules.strikes import quarantine_due, struck
 
 log = structlog.get_logger(__name__)
 
@@ -19,16 +20,11 @@ class StrikeLedgerActor(WiredActor):
 
     def receiveMsg_StrikeTools(self, msg: StrikeTools, sender: ActorAddress) -> None:
         assert self.store is not None and self.settings is not None
-        threshold = self.settings.limits.strike_threshold
-        for failure in msg.failures:
-            if not failure.self_coded:
-                continue
-            strikes = self.store.strike(failure.name, failure.error, time.time())
+        for failure in struck(msg.failures):
+            strikes = self.store.tools.strike(failure.name, failure.error, time.time())
             log.warning(
                 "tool_struck", tool=failure.name, strikes=strikes, error=failure.error[:300]
             )
-            if strikes >= threshold:
-                self.send(
-                    self.peers["supervisor"],
-                    QuarantineDue(msg.chat_id, failure.name, strikes, failure.error),
-                )
+            if quarantine_due(strikes, self.settings.limits.strike_threshold):
+                due = QuarantineDue(msg.chat_id, failure.name, strikes, failure.error)
+                self.send(self.peers["gate"], due)

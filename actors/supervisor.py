@@ -1,16 +1,14 @@
 """SupervisorActor: the root. Starts every actor, wires them to each other, restarts one that
-dies (with backoff), makes quarantine decisions, and answers the main process's health pings."""
+dies (with backoff), and answers the main process's health pings."""
 
 from __future__ import annotations
 
 import datetime as dt
-import time
 from typing import Any
 
 import structlog
 from thespian.actors import ActorAddress, ActorExitRequest, ChildActorExited, WakeupMessage
 
-from actors.approvals import ApprovalStoreActor
 from actors.arbiter import ArbiterActor
 from actors.base import ContractActor
 from actors.broker import BrokerActor
@@ -20,8 +18,6 @@ from actors.messages import (
     Fatal,
     PeerRestarted,
     Ping,
-    QuarantineDue,
-    Reply,
     Status,
     TransportPolling,
     Wire,
@@ -29,15 +25,12 @@ from actors.messages import (
 from actors.strikes import StrikeLedgerActor
 from actors.transport import TransportActor
 from actors.turn import TurnActor
-from shelldon.store import Store
-from shelldon.toolbox.toolbox import Toolbox, ToolboxError
 
 log = structlog.get_logger(__name__)
 
 ROLES: dict[str, type[ContractActor]] = {
     "broker": BrokerActor,
     "turn": TurnActor,
-    "approvals": ApprovalStoreActor,
     "strikes": StrikeLedgerActor,
     "gate": GateRunnerActor,
     "arbiter": ArbiterActor,
@@ -49,9 +42,10 @@ MAX_BACKOFF_S = 30.0
 
 
 class SupervisorActor(ContractActor):
-    """Root of the tree; holds the policy. It does not crash itself on a handler's error: it
-    is what restarts the others (its own failures are logged; a wedged supervisor stops the
-    watchdog and systemd restarts the service)."""
+    """Root of the tree: starts, wires and restarts the others, and answers health pings. It
+    does not crash itself on a handler's error: it is what restarts the others (its own
+    failures are logged; a wedged supervisor stops the watchdog and systemd restarts the
+    service)."""
 
     crash_on_error = False
 
@@ -62,7 +56,6 @@ class SupervisorActor(ContractActor):
         self.restarts: dict[str, int] = {}
         self.fatal: Fatal | None = None
         self.stopping = False
-        self.store: Store | None = None
         self.polling = False
 
     def receiveMsg_Boot(self, msg: Boot, sender: ActorAddress) -> None:
@@ -70,7 +63,6 @@ class SupervisorActor(ContractActor):
             self.send(sender, self._status())
             return
         self.boot = msg
-        self.store = Store(msg.settings.database)
         for role, cls in ROLES.items():
             self.children[role] = self.createActor(cls)
         self._wire_all()
@@ -94,6 +86,7 @@ class SupervisorActor(ContractActor):
             b.story,
             b.auto_yes,
             fresh,
+            b.zygote,
         )
 
     def _status(self) -> Status:
@@ -139,25 +132,6 @@ class SupervisorActor(ContractActor):
             if PeerRestarted in ROLES[peer].accepted:  # only those that act on it
                 self.send(address, PeerRestarted(role))
         log.warning("actor_restarted", role=role)
-
-    def receiveMsg_QuarantineDue(self, msg: QuarantineDue, sender: ActorAddress) -> None:
-        assert self.boot is not None and self.store is not None
-        selfcode = Toolbox.from_settings(self.boot.settings, self.store)
-        reason = f"{msg.strikes} strikes; last error: {msg.last_error}"
-        try:
-            selfcode.quarantine(msg.name, reason)
-        except ToolboxError as exc:
-            log.info("quarantine_skipped", tool=msg.name, why=str(exc))
-            return
-        self.store.audit("supervisor", "quarantined", msg.name, {"reason": reason}, time.time())
-        self.send(
-            self.children["transport"],
-            Reply(
-                msg.chat_id,
-                f"I put my tool {msg.name} in quarantine: it failed {msg.strikes} "
-                f"times (last: {msg.last_error[:300]}). /restore {msg.name} brings it back.",
-            ),
-        )
 
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: ActorAddress) -> None:
         self.stopping = True

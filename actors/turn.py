@@ -3,7 +3,8 @@ holds the ceilings outside the worker (model calls, wall clock), and reports Tur
 
 It never waits for a process: a worker's exit is an event on a descriptor it watches (the exit
 pipe the zygote writes once it has reaped the worker), and a worker that does not exit within
-``EXIT_GRACE_S`` of its turn's end is killed, its exit still awaited the same way."""
+a grace after its turn's end is killed, its exit still awaited the same way (when:
+``shelldon.rules.exits``)."""
 
 from __future__ import annotations
 
@@ -20,54 +21,33 @@ from actors.messages import Fatal, JobAnswer, StartResume, StartTurn, TurnEnded,
 from shelldon.config import Settings
 from shelldon.contracts import Result, ResumeRequest, TurnRequest
 from shelldon.proc.child import SpawnError
+from shelldon.proc.oom import death_kind, oom_baseline
+from shelldon.rules.exits import AwaitedExit, Verdict, next_wake
 from shelldon.rules.turnwatch import (
     Finished,
     Forward,
     TurnWatch,
     Violation,
     apology,
-    death_kind,
     max_model_calls,
-    oom_baseline,
 )
 from shelldon.worker.channel import FrameError
-from shelldon.worker.spawn import WorkerHandle
+from shelldon.worker.handle import Worker
+from shelldon.worker.zygote import Zygote
 
 log = structlog.get_logger(__name__)
 
 TYPING_AFTER_S = 1.0
-EXIT_GRACE_S = 0.5
-EXIT_GIVE_UP_S = 5.0
-"""After the kill, how long an exit is awaited before the handle is let go unreported (the
-zygote still reaps the worker; only its exit code goes unlogged)."""
 TYPING_REFRESH_S = 4.5
-_EXIT_POLL_S = 0.02
-_zygote: Any = None
-
-
-def use_zygote(zygote: Any) -> None:
-    """Fork every worker through ``zygote`` (a ``shelldon.worker.zygote.Zygote``).
-
-    The TurnActor shares its process with the transport and the broker, whose memory holds
-    credentials a forked worker must never inherit: it never forks itself.
-    """
-    global _zygote  # noqa: PLW0603 - one per service process, set before the actors start
-    _zygote = zygote
 
 
 @dataclass(slots=True)
 class Exiting:
-    """A worker whose turn is over, awaited until its exit is reported: killed at ``kill_at``
-    if it still runs, let go at ``give_up_at``."""
+    """A worker whose turn is over, its exit descriptor, and when it is killed or let go."""
 
-    handle: WorkerHandle
+    handle: Worker
     fd: int
-    kill_at: float
-    give_up_at: float
-    killed: bool
-
-    def next_due(self) -> float:
-        return self.give_up_at if self.killed else self.kill_at
+    awaited: AwaitedExit
 
 
 class TurnActor(ContractActor):
@@ -79,7 +59,8 @@ class TurnActor(ContractActor):
         # keep the key that seals actor messages (it could forge them).
         self.settings: Settings | None = None
         self.peers: dict[str, Any] = {}
-        self.handle: WorkerHandle | None = None
+        self.zygote: Zygote | None = None
+        self.handle: Worker | None = None
         self.exiting: list[Exiting] = []
         self.turnwatch: TurnWatch | None = None
         self.oom_baseline: int | None = None
@@ -90,6 +71,7 @@ class TurnActor(ContractActor):
     def receiveMsg_Wire(self, msg: Wire, sender: ActorAddress) -> None:
         self.settings = msg.settings
         self.peers = msg.peers
+        self.zygote = msg.zygote
 
     def receiveMsg_StartTurn(self, msg: StartTurn, sender: ActorAddress) -> None:
         req = msg.request
@@ -99,17 +81,15 @@ class TurnActor(ContractActor):
         req = msg.request
         self._start(req.turn_id, req.chat_id, "owner", req)
 
-    def _spawn(self, request: TurnRequest | ResumeRequest, settings: Settings) -> WorkerHandle:
+    def _spawn(self, request: TurnRequest | ResumeRequest, settings: Settings) -> Worker:
         """A worker for ``request``, forked by the zygote (this process holds the transport's
         and the broker's secrets: it never forks)."""
-        zygote = _zygote
+        zygote = self.zygote
         if zygote is None:
             raise SpawnError("no zygote to fork the worker: this process never forks")
         if isinstance(request, ResumeRequest):
-            resumed: WorkerHandle = zygote.spawn_resume(request)
-            return resumed
-        spawned: WorkerHandle = zygote.spawn_turn(request)
-        return spawned
+            return zygote.spawn_resume(request)
+        return zygote.spawn_turn(request)
 
     def _start(
         self, turn_id: str, chat_id: int, source: str, request: TurnRequest | ResumeRequest
@@ -126,13 +106,13 @@ class TurnActor(ContractActor):
         except SpawnError as exc:
             log.error("worker_spawn_failed", turn_id=turn_id, error=str(exc))
             self._report(chat_id, source, apology(turn_id, "crash"))
-            if _zygote is not None and not _zygote.alive():
+            if self.zygote is not None and not self.zygote.alive():
                 # A new zygote cannot be made clean once secrets are in memory: stop, and let
                 # systemd start the service afresh (every turn would only apologize).
                 self.send(self.peers["supervisor"], Fatal(f"the worker zygote is gone: {exc}", 1))
             return
         self.handle = handle
-        self.oom_baseline = oom_baseline(_cgroup_of(handle))
+        self.oom_baseline = oom_baseline(handle.cgroup_path)
         lim = settings.limits
         self.turnwatch = TurnWatch(
             turn_id, handle.deadline, max_model_calls(lim.max_tool_executions), lim.kill_grace_s
@@ -177,7 +157,7 @@ class TurnActor(ContractActor):
             # No Result can come any more; whatever still runs there (a tool that shut the
             # channel and went on) is killed now, and its exit awaited like any other.
             log.warning("worker_closed_channel_without_result", turn_id=handle.turn_id)
-            kind = death_kind(_cgroup_of(handle), self.oom_baseline)
+            kind = death_kind(handle.cgroup_path, self.oom_baseline)
             self._end(self._apology(kind), kill=True)
 
     def receiveMsg_JobAnswer(self, msg: JobAnswer, sender: ActorAddress) -> None:
@@ -201,12 +181,10 @@ class TurnActor(ContractActor):
                 dt.timedelta(seconds=TYPING_REFRESH_S), payload=("typing", self.handle.turn_id)
             )
 
-    def _await_exit(self, handle: WorkerHandle, *, killed: bool) -> None:
+    def _await_exit(self, handle: Worker, *, killed: bool) -> None:
         """Watch for ``handle``'s exit; close it once reported."""
         now = time.monotonic()
-        kill_at = now + EXIT_GRACE_S
-        give_up_at = (now if killed else kill_at) + EXIT_GIVE_UP_S
-        entry = Exiting(handle, handle.exit_fileno(), kill_at, give_up_at, killed)
+        entry = Exiting(handle, handle.exit_fileno(), AwaitedExit.starting(now, killed=killed))
         self.exiting.append(entry)
         if entry.fd >= 0:
             self.watch(entry.fd)
@@ -215,13 +193,10 @@ class TurnActor(ContractActor):
     def _wake_for_exits(self, now: float) -> None:
         # Exits arrive on watched descriptors; the wake-up holds the kill and give-up times
         # (and polls for a handle with no descriptor to watch).
-        if not self.exiting:
-            return
-        if any(e.fd < 0 for e in self.exiting):
-            wait = _EXIT_POLL_S
-        else:
-            wait = max(0.0, min(e.next_due() for e in self.exiting) - now)
-        self.wakeupAfter(dt.timedelta(seconds=wait), payload=("reap",))
+        awaited = [e.awaited for e in self.exiting]
+        wait = next_wake(awaited, now, all_watched=all(e.fd >= 0 for e in self.exiting))
+        if wait is not None:
+            self.wakeupAfter(dt.timedelta(seconds=wait), payload=("reap",))
 
     def _look_at_exiting(self, *, from_wakeup: bool = False) -> None:
         """Close each worker whose exit is in; kill one past its grace; let go of one past
@@ -229,16 +204,14 @@ class TurnActor(ContractActor):
         now, still = time.monotonic(), []
         for entry in self.exiting:
             handle = entry.handle
-            code = handle.reap(block=False)
-            if code is None and now < entry.give_up_at:
-                if not entry.killed and now >= entry.kill_at:
-                    log.warning("worker_did_not_exit", turn_id=handle.turn_id, pid=handle.pid)
-                    handle.kill()
-                    entry.killed = True
-                    entry.give_up_at = now + EXIT_GIVE_UP_S
+            verdict = entry.awaited.look(now, exited=handle.reap(block=False) is not None)
+            if verdict is Verdict.KILL:
+                log.warning("worker_did_not_exit", turn_id=handle.turn_id, pid=handle.pid)
+                handle.kill()
+            if verdict in (Verdict.KILL, Verdict.WAIT):
                 still.append(entry)
                 continue
-            if code is None:
+            if verdict is Verdict.GIVE_UP:
                 log.error("worker_exit_not_reported", turn_id=handle.turn_id, pid=handle.pid)
             if entry.fd >= 0:
                 self.unwatch(entry.fd)
@@ -311,10 +284,3 @@ class TurnActor(ContractActor):
 
     def _report(self, chat_id: int, source: str, result: Result) -> None:
         self.send(self.peers["arbiter"], TurnEnded(chat_id, result, source))
-
-
-def _cgroup_of(handle: WorkerHandle) -> str | None:
-    path = getattr(handle, "cgroup_path", None)
-    if path is None and handle.cgroup is not None:
-        path = str(handle.cgroup.path)
-    return path

@@ -221,7 +221,7 @@ def _prepare(
     now = time.time()
     with Store(root / DATABASE_MEMBER) as store:
         schema = store.schema_version
-        distrusted = store.distrust_for_restore(now)
+        distrusted = store.audit.distrust_for_restore(now)
         selfcode = Toolbox(root / "toolbox", store, settings.limits, settings.sandbox)
         results = import_tools(
             unpacked.tools,
@@ -250,7 +250,7 @@ def _prepare(
                 else:
                     if not ask_config(endpoints):
                         config = RESTORED_CONFIG
-        store.audit(
+        store.audit.record(
             "owner",
             "restored",
             backup.name,

@@ -21,7 +21,7 @@ from typing import TextIO
 
 from shelldon.cli.logfile import log_to_home_file
 from shelldon.config import Settings, load_settings
-from shelldon.rules.owner_commands import restore_tool, retire_tool
+from shelldon.owner_commands import restore_tool, retire_tool
 from shelldon.store import Store, StoreError
 from shelldon.toolbox.archive import ArchivedTool, ArchiveError, export_toolbox, read_archive
 from shelldon.toolbox.diff import replacement_diff, replaces_line
@@ -47,7 +47,7 @@ class ToolRow:
 def tool_rows(store: Store, selfcode: Toolbox) -> tuple[ToolRow, ...]:
     """Every self-coded tool: live, then staged (awaiting approval), then quarantined, then
     every toolbox file that will not run because it is not what the owner approved."""
-    health = {h.name: h for h in store.tool_health()}
+    health = {h.name: h for h in store.tools.health()}
     tampered = selfcode.tampered()
     bad = {t.name for t in tampered if t.state != "unapproved"}
     rows: list[ToolRow] = []
@@ -101,7 +101,7 @@ def show_text(store: Store, selfcode: Toolbox, name: str) -> str:
     """Everything about tool ``name`` (live, else quarantined, else staged): description,
     schema, code hash, strikes, and its code. Raises ``StemError`` or ``ToolNotFound``."""
     stem = normalize_stem(name)
-    approved = store.approved_tool(stem)
+    approved = store.tools.approval(stem)
     path = selfcode.tool_path(stem)
     problem = ""
     data = b""
@@ -115,7 +115,7 @@ def show_text(store: Store, selfcode: Toolbox, name: str) -> str:
             if code_hash(data) != approved.code_hash:
                 problem = "its code is not what the owner approved"
     elif stem in selfcode.staged():
-        state, data = "staged", store.parked_code(stem)
+        state, data = "staged", store.parked.parked_code(stem)
     elif (selfcode.live_dir / f"{stem}.py").exists():
         state, problem = "tampered", "it was never approved"
         with contextlib.suppress(ToolFileError):
@@ -322,13 +322,13 @@ def _restore(request: ToolsRequest, selfcode: Toolbox, store: Store, term: Termi
 
 def _remove(request: ToolsRequest, selfcode: Toolbox, store: Store, term: Terminal) -> int:
     stem = normalize_stem(request.name)
-    if store.approved_tool(stem) is None:
+    if store.tools.approval(stem) is None:
         known = ", ".join((*selfcode.live(), *selfcode.quarantined())) or "none"
         term.err.write(f"shelldon tools: no live or quarantined tool named {stem} ({known})\n")
         return 1
     # The owner's /retire, word for word: archived and audited in one place.
     text = retire_tool(store, selfcode, stem, time.time(), via="cli")
-    removed = store.approved_tool(stem) is None
+    removed = store.tools.approval(stem) is None
     (term.out if removed else term.err).write(text + "\n")
     return 0 if removed else 1
 

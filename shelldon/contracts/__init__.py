@@ -246,10 +246,11 @@ class TurnRequest:
 @contract("assignment")
 @dataclass(frozen=True, slots=True)
 class Assignment:
-    """A pre-forked spare worker's turn, sent on its channel: the request and the deadline the
-    zygote fixed when it handed the turn over (``time.monotonic()``), never at the spare's fork."""
+    """A pre-forked spare worker's turn, sent on its channel: the request (a ``TurnRequest`` as
+    ``encode`` made it, the bytes the service sent) and the deadline the zygote fixed when it
+    handed the turn over (``time.monotonic()``), never at the spare's fork."""
 
-    request: TurnRequest
+    request: bytes
     deadline: float
 
 

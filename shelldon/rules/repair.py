@@ -15,14 +15,7 @@ import re
 import secrets
 
 from shelldon.config import LimitsSettings
-from shelldon.store import RepairOffer
-
-__all__ = [
-    "capped_report",
-    "offers_repair",
-    "repair_prompt",
-    "repair_record",
-]
+from shelldon.store.rows import RepairOffer
 
 _FRAME_TAG = re.compile(r"<(/?)(gate_report|failed_code|failed_test)", re.IGNORECASE)
 # Controls a model's output could use to hide or reorder text; newline and tab stay.

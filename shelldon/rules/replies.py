@@ -1,65 +1,34 @@
-"""The fixed replies a turn can end with, in one place: the apology for every way a turn can go
-wrong, and the question a parked RISKY call asks.
-
-The worker (a failed model call) and the actor side (a worker it had to stop) both answer from
-``APOLOGIES``, so the owner reads one voice whichever side noticed.
-"""
+"""The arbiter's fixed words for the owner: what a tapped, queued or expired card says, the
+question a parked RISKY call asks, and why a turn the pet starts itself did not start."""
 
 from __future__ import annotations
 
-from shelldon.contracts import JobFailed
-
-STOPPED = "stopped"
-"""Cause: the actor side stopped the worker (``kind`` as TurnActor and ``TurnWatch`` name it)."""
-
-MODEL = "model"
-"""Cause: a model call failed (``kind`` is ``JobFailed.kind``)."""
-
-APOLOGIES: dict[tuple[str, str], str] = {
-    (STOPPED, "timeout"): (
-        "Sorry — that took longer than I'm allowed, so I stopped. Try again, maybe simpler?"
-    ),
-    (STOPPED, "ceiling"): "Sorry — I went over my limit of model calls for one turn, so I stopped.",
-    (STOPPED, "crash"): (
-        "Sorry — something broke inside me while thinking about that. Please try again."
-    ),
-    (STOPPED, "protocol"): "Sorry — my worker misbehaved, so I stopped it. Please try again.",
-    (STOPPED, "memory"): (
-        "Sorry — that needed more memory than one turn may have, so the kernel stopped it. "
-        "I'm fine otherwise; try something smaller?"
-    ),
-    (MODEL, "rate_limited"): "Sorry — the model is rate-limited, try again in a minute.",
-    (MODEL, "overloaded"): "Sorry — the model is overloaded right now, try again in a few minutes.",
-    (MODEL, "timeout"): "Sorry — the model took too long to answer, try again.",
-    (MODEL, "auth"): "Sorry — the model refused my credentials; the API key needs checking.",
-    (MODEL, "bad_request"): "Sorry — the model rejected my request; try rephrasing.",
-    (MODEL, "server"): "Sorry — the model's server had an error, try again shortly.",
-    (MODEL, "unreachable"): "Sorry — I could not reach the model, try again shortly.",
-    (MODEL, "quota"): "Sorry — the model's quota is used up; the account needs checking.",
-    (MODEL, "malformed"): "Sorry — the model's answer came back garbled, try again.",
-    (MODEL, "channel"): "Sorry — I lost contact with my brain mid-turn, try again.",
-    (MODEL, "no_key"): (
-        "Sorry — no API key configured for the model; `shelldon doctor` says where it goes."
-    ),
-    (MODEL, "unconfigured"): (
-        "Sorry — my brain is not configured correctly; `shelldon doctor` says what is wrong."
-    ),
-}
-"""Every apology, by ``(cause, kind)``: the one table of them."""
-
-
-def stopped_apology(kind: str) -> str:
-    """The reply when the actor side stopped a worker for ``kind``."""
-    return APOLOGIES[(STOPPED, kind)]
-
-
-def model_apology(failed: JobFailed) -> str:
-    """The reply for a failed model call: short, honest, naming what went wrong (a kind nobody
-    named yet is reported as it is)."""
-    if failed.kind == "rate_limited" and failed.retry_after:
-        wait = max(1, round(failed.retry_after))
-        return f"Sorry — the model is rate-limited, try again in {wait} s."
-    return APOLOGIES.get((MODEL, failed.kind), f"Sorry — the model call failed ({failed.kind}).")
+BUSY_REPLY = (
+    "I'm still busy with your earlier messages, so I dropped this one — send it again in a bit."
+)
+EXPIRED = "⌛ Expired — nothing ran."
+EXPIRED_PROMOTION = "⌛ Expired — not added."
+EXPIRED_REPAIR = "⌛ Expired — no fix was tried."
+EXPIRED_BY_KIND = {"promotion": EXPIRED_PROMOTION, "repair": EXPIRED_REPAIR}
+"""What an expired card says, by the kind of what was parked (an approval: ``EXPIRED``)."""
+GONE = "This approval was already decided or has expired; your tap changed nothing."
+APPROVED = "✅ Approved — running it now."
+DENIED = "❌ Denied — I won't run it."
+QUEUED_APPROVED = "✅ Approved — I'll run it as soon as I finish what I'm doing."
+QUEUED_DENIED = "❌ Denied — it won't run; I'll carry on once I finish what I'm doing."
+QUEUED_REPAIR = "🔧 I'll try to fix it as soon as I finish what I'm doing."
+UNREADABLE = "⚠ That approval could not be read back, so nothing ran. Ask me again."
+LOST = "⚠ Another turn started before your tap was applied, so nothing ran. Ask me again."
+BUDGET_SPENT = (
+    "I skipped a scheduled task: today's budget for turns I start myself is spent. "
+    "/budget shows it."
+)
+REPAIR_BUDGET_SPENT = (
+    "Today's budget for turns I start myself is spent, so I can't try to fix it now; "
+    "tap again tomorrow (/budget shows it)."
+)
+REPAIR_BUSY = "I was busy with another turn, so I did not start the fix; ask me to fix it."
+REPAIR_CAPPED = "That tool had its repair rounds already, so I won't try again."
 
 
 def approval_question(summary: str) -> str:

@@ -3,38 +3,18 @@
 A parked approval arrives from a worker as an op. The worker is the service's own code and a
 self-coded tool no longer runs inside it, but the parent still decides from what it knows:
 only a call of a RISKY built-in can be parked (``park_refusal``), and the words the owner is
-asked are built here from the call's name and arguments (``describe_call``), never taken from
+asked are built from the call's name and arguments (``shelldon.replies.describe_call``), never from
 the worker's summary.
 """
 
 from __future__ import annotations
 
-import json
-
 from shelldon.contracts import ToolCall
+from shelldon.replies import describe_call
 
 RISKY_BUILTINS = frozenset({"run_shell", "git", "http_get", "write_file"})
 """The built-in tools that wait for the owner's tap (the worker's registry marks the same
 four RISKY; a test holds the two together)."""
-
-_VALUE_CHARS = 200
-_SUMMARY_CHARS = 1000
-
-
-def describe_call(call: ToolCall) -> str:
-    """Exactly what will run, for the owner: ``name(key=value, ...)`` with long values elided
-    (the approval card carries them whole)."""
-    parts = []
-    for key, value in call.args.items():
-        rendered = json.dumps(value, ensure_ascii=False, sort_keys=True)
-        if len(rendered) > _VALUE_CHARS:
-            cut = len(rendered) - _VALUE_CHARS
-            rendered = f"{rendered[:_VALUE_CHARS]}…(+{cut} chars)"
-        parts.append(f"{key}={rendered}")
-    summary = f"{call.name}({', '.join(parts)})"
-    if len(summary) > _SUMMARY_CHARS:
-        summary = f"{summary[:_SUMMARY_CHARS]}…)"
-    return summary
 
 
 def park_refusal(call: ToolCall) -> str:

@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from shelldon.contracts import Op, Remember, RequestToolApproval
+from shelldon.replies import describe_call
 from shelldon.rules.replies import approval_question
-from shelldon.rules.risky import describe_call
 
 REMEMBER_NOTE = "📝 I'll remember: "
 """How a fact the turn stored is shown to the owner (followed by the fact, as stored)."""

@@ -33,14 +33,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
 from shelldon.config import LimitsSettings, SandboxSettings
 from shelldon.proc import sandbox
-from shelldon.proc.child import Child
+from shelldon.proc.child import Child, SpawnError
 from shelldon.proc.limits import ProcessLimits, preexec_with_limits
+from shelldon.proc.output import Output
 from shelldon.toolbox.gate_scan import StaticScan, static_checks
 from shelldon.toolbox.manifest import code_hash
 
@@ -140,6 +141,77 @@ def _signal_name(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
+class GateProcess(Protocol):
+    """A running gate pytest as ``GateRun`` watches it: a local ``Child``, or one the zygote
+    forked (``shelldon.worker.zygote``)."""
+
+    pid: int
+    output: Output | None
+    exit_code: int | None
+
+    def exited(self) -> bool: ...
+    def kill(self) -> None: ...
+    def reap(self, block: bool = False) -> int | None: ...
+    def close(self) -> None: ...
+
+
+Launch = Callable[[Path, Path, str, GateLimits], GateProcess]
+"""Starts the gate's pytest on ``(staging, private dir, tool name, limits)``."""
+
+
+def launch_pytest(staging: Path, private: Path, name: str, limits: GateLimits) -> Child:
+    """Start pytest on ``test_<name>.py`` in ``staging``, confined and bounded by ``limits``,
+    as a child of the calling process. Raises ``OSError`` if it cannot be started."""
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(staging),
+        "LANG": "C.UTF-8",
+        "PYTHONUTF8": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPATH": os.pathsep.join([str(private), *_package_dirs()]),
+        "TMPDIR": str(private),
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "SHELLDON_GATE_TOOL": str(staging / f"{name}.py"),
+        "SHELLDON_GATE_REPORT": str(private / "report.json"),
+    }
+    # -S: no site module, so no .pth files run (an editable install's finder alone cost
+    # ~0.1 s of CPU); pytest's own directory is put on PYTHONPATH instead.
+    argv = [sys.executable, "-S", "-m", "pytest", "-q", "-c", str(private / "gate.ini")]
+    argv += ["--rootdir", str(staging)]
+    argv += ["--noconftest", "-p", PROBE_MODULE]
+    for plugin in _UNUSED_PLUGINS:
+        argv += ["-p", f"no:{plugin}"]
+    argv.append(f"test_{name}.py")
+    rlimits = ProcessLimits(limits.address_space_mb, limits.cpu_s)
+    # Kernel confinement in the child before exec: read-write only on the staging dir (its
+    # private dir inside), no IP sockets, no ptrace; its own cgroup where one can be made.
+    cgroup = sandbox.open_turn_cgroup(
+        limits.sandbox, f"shelldon-gate-{os.getpid()}-{private.name.lstrip('.')}"
+    )
+    confined = sandbox.gate_preexec(
+        limits.sandbox,
+        staging,
+        private,
+        _package_dirs(),
+        then=preexec_with_limits(rlimits),
+        cgroup=cgroup,
+    )
+    try:
+        return Child.spawn(
+            argv,
+            cwd=staging,
+            env=env,
+            preexec=confined,
+            capture=limits.max_output_chars,
+            tail=True,
+            cgroup=cgroup,
+        )
+    except BaseException:
+        if cgroup is not None:
+            cgroup.close()
+        raise
+
+
 class GateRun:
     """One gate in progress. Watch ``fd`` (readable on output and at EOF) and call ``poll()`` on
     each wake-up and once ``deadline`` (``time.monotonic()``) has passed; ``poll`` returns the
@@ -152,15 +224,17 @@ class GateRun:
         digest: str,
         limits: GateLimits,
         on_done: Callable[[GateReport], None] | None = None,
+        start: Launch | None = None,
     ) -> None:
         self.name = name
+        self._start: Launch = start or launch_pytest
         self._static = static
         self._digest = digest
         self._limits = limits
         self._on_done = on_done
         self._started = time.monotonic()
         self.deadline = self._started + limits.timeout_s
-        self._child: Child | None = None
+        self._child: GateProcess | None = None
         self._private: Path | None = None
         self._report: GateReport | None = None
         self._unavailable = False
@@ -176,65 +250,12 @@ class GateRun:
         output = self._child.output if self._child is not None else None
         return output.fd if output is not None and not output.eof else None
 
-    @property
-    def output_closed(self) -> bool:
-        output = self._child.output if self._child is not None else None
-        return output is None or output.eof
-
-    def _launch(self, staging: Path, tool: Path, test: Path) -> None:
+    def _launch(self, staging: Path) -> None:
         private = Path(tempfile.mkdtemp(prefix=".gate-", dir=staging))
         self._private = private
         shutil.copyfile(PROBE_FILE, private / f"{PROBE_MODULE}.py")
-        ini = private / "gate.ini"
-        ini.write_text("[pytest]\n", encoding="utf-8")
-        env = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(staging),
-            "LANG": "C.UTF-8",
-            "PYTHONUTF8": "1",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONPATH": os.pathsep.join([str(private), *_package_dirs()]),
-            "TMPDIR": str(private),
-            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-            "SHELLDON_GATE_TOOL": str(tool),
-            "SHELLDON_GATE_REPORT": str(private / "report.json"),
-        }
-        # -S: no site module, so no .pth files run (an editable install's finder alone cost
-        # ~0.1 s of CPU); pytest's own directory is put on PYTHONPATH instead.
-        argv = [sys.executable, "-S", "-m", "pytest", "-q", "-c", str(ini)]
-        argv += ["--rootdir", str(staging)]
-        argv += ["--noconftest", "-p", PROBE_MODULE]
-        for plugin in _UNUSED_PLUGINS:
-            argv += ["-p", f"no:{plugin}"]
-        argv.append(test.name)
-        limits = ProcessLimits(self._limits.address_space_mb, self._limits.cpu_s)
-        # Kernel confinement in the child before exec: read-write only on the staging dir (its
-        # private dir inside), no IP sockets, no ptrace; its own cgroup where one can be made.
-        cgroup = sandbox.open_turn_cgroup(
-            self._limits.sandbox, f"shelldon-gate-{os.getpid()}-{private.name.lstrip('.')}"
-        )
-        confined = sandbox.gate_preexec(
-            self._limits.sandbox,
-            staging,
-            private,
-            _package_dirs(),
-            then=preexec_with_limits(limits),
-            cgroup=cgroup,
-        )
-        try:
-            self._child = Child.spawn(
-                argv,
-                cwd=staging,
-                env=env,
-                preexec=confined,
-                capture=self._limits.max_output_chars,
-                tail=True,
-                cgroup=cgroup,
-            )
-        except BaseException:
-            if cgroup is not None:
-                cgroup.close()
-            raise
+        (private / "gate.ini").write_text("[pytest]\n", encoding="utf-8")
+        self._child = self._start(staging, private, self.name, self._limits)
         log.info("gate_started", tool=self.name, pid=self._child.pid)
 
     def _stop(self) -> None:
@@ -400,9 +421,11 @@ def start_gate(
     name: str,
     limits: GateLimits,
     on_done: Callable[[GateReport], None] | None = None,
+    start: Launch | None = None,
 ) -> GateRun:
     """Check ``<staging>/<name>.py`` and ``test_<name>.py``: run the static checks now and, if
-    they found nothing, start pytest. ``on_done`` is called once with the report."""
+    they found nothing, start pytest (``start``: here by default). ``on_done`` is called once
+    with the report."""
     tool, test = staging / f"{name}.py", staging / f"test_{name}.py"
     try:
         code_bytes = tool.read_bytes()
@@ -411,7 +434,7 @@ def start_gate(
         unreadable = StaticScan((f"the staged pair cannot be read: {exc}",))
         return GateRun(name, unreadable, "", limits, on_done)
     static = static_checks(name, code, test_src)
-    run = GateRun(name, static, code_hash(code_bytes), limits, on_done)
+    run = GateRun(name, static, code_hash(code_bytes), limits, on_done, start)
     if static.findings:
         return run
     missing = pytest_missing()
@@ -420,8 +443,8 @@ def start_gate(
         run._unavailable = True
         return run
     try:
-        run._launch(staging, tool, test)
-    except OSError as exc:
+        run._launch(staging)
+    except (OSError, SpawnError) as exc:
         run._static = StaticScan((f"pytest could not be started: {exc}",), static.dynamic_imports)
         run._unavailable = True
     return run

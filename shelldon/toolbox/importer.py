@@ -90,7 +90,7 @@ class _Importer:
         self.via = via
 
     def audit(self, actor: str, action: str, tool: ArchivedTool, **detail: object) -> None:
-        self.store.audit(
+        self.store.audit.record(
             actor,
             action,
             tool.name,
@@ -158,7 +158,7 @@ class _Importer:
             self.audit("owner", "promote_failed", tool, error=str(exc))
             return ImportResult(name, Outcome.REFUSED, str(exc), tool.code_hash)
         if taken:
-            self.store.reset_strikes(name)
+            self.store.tools.reset_strikes(name)
         self.audit("owner", "promoted", tool, replaced=bool(taken))
         log.info("tool_imported", tool=name, code_hash=tool.code_hash, replaced=bool(taken))
         what = "replaced the old version; it is live" if taken else "live"

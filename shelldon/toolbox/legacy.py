@@ -65,7 +65,7 @@ def migrate_legacy_toolbox(workspace: Path, selfcode: Toolbox) -> LegacyReport:
     if not found:
         return LegacyReport()
     store = selfcode.store
-    promoted = store.promoted_hashes()
+    promoted = store.tools.promoted_hashes()
     carried: list[str] = []
     refused: list[tuple[str, str]] = []
     parked = _keep_parked_bytes(workspace / "tools-staging", store)
@@ -107,7 +107,7 @@ def _carry(
     except ToolFileError as exc:
         return str(exc)
     digest = code_hash(data)
-    if selfcode.store.approved_tool(stem) is not None:
+    if selfcode.store.tools.approval(stem) is not None:
         return "a tool of that name is in the toolbox already"
     if stem not in promoted:
         return "the audit log has no promotion of it by the owner"
@@ -125,7 +125,7 @@ def _carry(
             selfcode.quarantine(stem, reason.decode("utf-8", "replace") or "quarantined before")
     except ToolboxError as exc:
         return str(exc)
-    selfcode.store.audit(
+    selfcode.store.audit.record(
         "migration",
         "carried_over",
         stem,
@@ -140,7 +140,7 @@ def _keep_parked_bytes(staging: Path, store: Store) -> tuple[str, ...]:
     """Attach the old staged bytes to the promotions parked without them, when they hash to
     the parked hash; names of the promotions that got them."""
     kept: list[str] = []
-    for turn_id, name, digest in store.promotions_without_code():
+    for turn_id, name, digest in store.parked.promotions_without_code():
         try:
             data = read_tool_bytes(staging / f"{name}.py")
         except ToolFileError:
@@ -150,7 +150,7 @@ def _keep_parked_bytes(staging: Path, store: Store) -> tuple[str, ...]:
         test = b""
         with contextlib.suppress(ToolFileError):
             test = read_tool_bytes(staging / f"test_{name}.py")
-        if store.keep_promotion_code(turn_id, data, test):
+        if store.parked.keep_promotion_code(turn_id, data, test):
             kept.append(name)
     return tuple(kept)
 

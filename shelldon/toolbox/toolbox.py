@@ -50,7 +50,7 @@ from shelldon.config import LimitsSettings, SandboxSettings, Settings
 from shelldon.store import Store
 from shelldon.toolbox.atomic import fsync_dir, write_atomic, write_new
 from shelldon.toolbox.errors import StemError, ToolboxError
-from shelldon.toolbox.gate import GateLimits, GateReport, GateRun, start_gate
+from shelldon.toolbox.gate import GateLimits, GateReport, GateRun, Launch, start_gate
 from shelldon.toolbox.manifest import Manifest, code_hash, write_manifest
 from shelldon.toolbox.names import normalize_stem
 from shelldon.toolbox.policy import selfcoded_refusal
@@ -145,7 +145,7 @@ class Toolbox(ToolboxView):
                     f"the tool's {what} is {len(blob)} bytes; the limit is {MAX_SOURCE_BYTES} "
                     "(64 KB): make it smaller"
                 )
-        known = self.store.approved_tool(stem)
+        known = self.store.tools.approval(stem)
         if known is not None and not replace:
             where = "live" if known.state == "live" else "quarantine"
             raise ToolboxError(
@@ -165,14 +165,15 @@ class Toolbox(ToolboxView):
         log.info("tool_staged", tool=stem, code_hash=digest, replaces=replace)
         return staged
 
-    def start_gate(self, staged: Staged) -> GateRun:
-        """Start the gate without waiting (see ``GateRun``); its staging directory is removed
-        once the gate is done, passed or not (a passing tool's bytes are in ``staged``)."""
+    def start_gate(self, staged: Staged, start: Launch | None = None) -> GateRun:
+        """Start the gate without waiting (see ``GateRun``; ``start`` forks its pytest, here by
+        default); its staging directory is removed once the gate is done, passed or not (a
+        passing tool's bytes are in ``staged``)."""
 
         def drop_directory(_report: GateReport) -> None:
             shutil.rmtree(staged.directory, ignore_errors=True)
 
-        return start_gate(staged.directory, staged.name, self.gate_limits, drop_directory)
+        return start_gate(staged.directory, staged.name, self.gate_limits, drop_directory, start)
 
     def run_gate(self, staged: Staged) -> GateReport:
         """Gate the staged tool and wait for the verdict."""
@@ -211,7 +212,7 @@ class Toolbox(ToolboxView):
             )
         if len(data) > MAX_SOURCE_BYTES or len(test_data) > MAX_SOURCE_BYTES:
             raise ToolboxError(f"the code or test of {stem!r} is over 64 KB")
-        current = self.store.approved_tool(stem)
+        current = self.store.tools.approval(stem)
         if current is not None and not replace:
             raise ToolboxError(f"a tool named {stem!r} already exists; promote as a replacement")
         if replaces_hash and (current is None or current.code_hash != replaces_hash):
@@ -229,7 +230,7 @@ class Toolbox(ToolboxView):
             with contextlib.suppress(FileNotFoundError):
                 kept.unlink()
             fsync_dir(self.tests_dir)
-        self.store.approve_tool(stem, expected_hash, time.time(), turn_id)
+        self.store.tools.approve(stem, expected_hash, time.time(), turn_id)
         live = self.live_dir / f"{stem}.py"
         write_atomic(live, data)  # a new inode holding exactly the approved bytes
         self._drop_quarantined(stem)
@@ -255,13 +256,13 @@ class Toolbox(ToolboxView):
         """Move live tool ``name`` out of discovery's reach, noting why; its approval (and its
         file's content) stay as they are."""
         stem = normalize_stem(name)
-        known = self.store.approved_tool(stem)
+        known = self.store.tools.approval(stem)
         if known is None or known.state != "live":
             raise ToolboxError(f"no live tool named {stem!r} to quarantine")
         live = self.live_dir / f"{stem}.py"
         target = self.quarantine_dir / f"{stem}.py"
         write_atomic(self.quarantine_dir / f"{stem}.reason", reason.encode("utf-8", "replace"))
-        self.store.set_tool_state(stem, "quarantined")
+        self.store.tools.set_state(stem, "quarantined")
         try:
             os.replace(live, target)
         except FileNotFoundError:
@@ -276,7 +277,7 @@ class Toolbox(ToolboxView):
         """Move quarantined tool ``name`` back live (the caller resets its strikes); refused
         when the quarantined file is not the code the owner approved."""
         stem = normalize_stem(name)
-        known = self.store.approved_tool(stem)
+        known = self.store.tools.approval(stem)
         source = self.quarantine_dir / f"{stem}.py"
         live = self.live_dir / f"{stem}.py"
         if known is None or known.state != "quarantined":
@@ -295,7 +296,7 @@ class Toolbox(ToolboxView):
         os.replace(source, live)
         with contextlib.suppress(FileNotFoundError):
             (self.quarantine_dir / f"{stem}.reason").unlink()
-        self.store.set_tool_state(stem, "live")
+        self.store.tools.set_state(stem, "live")
         fsync_dir(self.quarantine_dir)
         fsync_dir(self.live_dir)
         self.write_manifest()
@@ -307,7 +308,7 @@ class Toolbox(ToolboxView):
         withdrawn and the manifest rewritten before anything moves, so no later turn offers or
         loads it; its file, kept test and quarantine note go to a new ``retired/`` directory."""
         stem = normalize_stem(name)
-        known = self.store.forget_tool(stem)
+        known = self.store.tools.forget(stem)
         if known is None:
             raise ToolboxError(f"no live or quarantined tool named {stem!r} to retire")
         self.write_manifest()

@@ -60,7 +60,7 @@ class ToolboxView:
             make_private_dir(directory)
 
     def _approved(self, state: str) -> tuple[ApprovedTool, ...]:
-        return tuple(t for t in self.store.approved_tools() if t.state == state)
+        return tuple(t for t in self.store.tools.approved() if t.state == state)
 
     def live(self) -> tuple[str, ...]:
         """Names of the live tools (approved and not quarantined; see ``tampered``)."""
@@ -68,7 +68,7 @@ class ToolboxView:
 
     def staged(self) -> tuple[str, ...]:
         """Names of gated tools waiting for the owner's decision."""
-        return tuple(sorted(self.store.promotion_names()))
+        return tuple(sorted(self.store.parked.promotion_names()))
 
     def quarantined(self) -> tuple[str, ...]:
         """Names of quarantined tools."""
@@ -76,12 +76,12 @@ class ToolboxView:
 
     def approved_hash(self, name: str) -> str:
         """The code hash the owner approved for tool ``name`` ("" if none)."""
-        tool = self.store.approved_tool(normalize_stem(name))
+        tool = self.store.tools.approval(normalize_stem(name))
         return tool.code_hash if tool else ""
 
     def tool_path(self, name: str) -> Path | None:
         """Where approved tool ``name``'s file belongs (live or quarantine); None if unknown."""
-        tool = self.store.approved_tool(normalize_stem(name))
+        tool = self.store.tools.approval(normalize_stem(name))
         if tool is None:
             return None
         directory = self.live_dir if tool.state == "live" else self.quarantine_dir
@@ -91,7 +91,7 @@ class ToolboxView:
         """Every toolbox file that will not run as approved: an approved tool whose file is
         missing, a link or other bytes, and a module in ``live/`` nobody approved."""
         found: list[Tampered] = []
-        approved = {t.name: t for t in self.store.approved_tools()}
+        approved = {t.name: t for t in self.store.tools.approved()}
         for tool in approved.values():
             path = self.tool_path(tool.name)
             assert path is not None
@@ -119,7 +119,7 @@ class ToolboxView:
         """Approved tool ``name``'s code and kept test, live or quarantined; None when there is
         no such tool or its file is not the approved code (nothing to compare with then)."""
         stem = normalize_stem(name)
-        known = self.store.approved_tool(stem)
+        known = self.store.tools.approval(stem)
         path = self.tool_path(stem)
         if known is None or path is None:
             return None
@@ -149,7 +149,7 @@ class ToolboxView:
                 f"a new version keeps its tool's name: propose it with name {old!r} "
                 f"and replaces {old!r}"
             )
-        if self.store.approved_tool(old) is None:
+        if self.store.tools.approval(old) is None:
             raise ToolboxError(
                 f"there is no tool named {old!r} to replace; propose it as a new tool "
                 "(without replaces)"

@@ -12,6 +12,7 @@ import collections
 import dataclasses
 from dataclasses import dataclass
 
+from shelldon import replies
 from shelldon.contracts import (
     ContractError,
     Decision,
@@ -20,8 +21,7 @@ from shelldon.contracts import (
     ToolCall,
     decode,
 )
-from shelldon.rules import risky
-from shelldon.rules.arbiter import CONSOLE_CHAT, CONSOLE_USER
+from shelldon.rules.commands import CONSOLE_CHAT, CONSOLE_USER
 from shelldon.rules.replies import approval_question
 from shelldon.store import Store
 from shelldon.transport.card import describe_call
@@ -251,7 +251,7 @@ def format_approval(call: ToolCall) -> str:
 
 def call_label(call: ToolCall) -> str:
     """How a prompt names a RISKY call when it asks again: exactly what would run."""
-    return risky.describe_call(call)
+    return replies.describe_call(call)
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,13 +273,13 @@ def reopen_parked(store: Store, now: float) -> list[Reopened]:
     """The approvals and promotions parked for the console's chat, oldest first, each shown
     again as it was asked, so a new session can decide them."""
     found = []
-    for parked in store.pending():
+    for parked in store.parked.pending():
         if parked.chat_id != CONSOLE_CHAT:
             continue
         since = f"Still waiting for your answer from {_age(now - parked.created_at)} ago: "
         if parked.kind == "approval":
             try:
-                op = decode(store.parked_approval(parked.turn_id))
+                op = decode(store.parked.parked_approval(parked.turn_id))
             except ContractError:
                 op = None
             if not isinstance(op, RequestToolApproval):
@@ -292,7 +292,7 @@ def reopen_parked(store: Store, now: float) -> list[Reopened]:
                 shown = format_reply(since + question) + format_approval(op.call) + "\n"
             found.append(Reopened(Prompt(parked.turn_id, False, label), shown))
         else:
-            promotion = store.parked_promotion(parked.turn_id)
+            promotion = store.parked.parked_promotion(parked.turn_id)
             if promotion is None:
                 continue
             name, code = promotion

@@ -17,7 +17,7 @@ from typing import Protocol
 import structlog
 
 from shelldon.contracts import Decision, InboundMessage
-from shelldon.rules.arbiter import OWNER_COMMANDS
+from shelldon.rules.commands import OWNER_COMMANDS
 from shelldon.transport.render import escape
 from shelldon.transport.telegram import BadRequest, BotApi, RetryPolicy, Sleep, TelegramError
 from shelldon.transport.updates import (

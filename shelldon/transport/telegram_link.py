@@ -69,12 +69,12 @@ class TelegramLink:
         older card of a turn that has asked again since decides nothing: its buttons (still
         there when Telegram refused to edit them away) must not approve the newer call."""
         if isinstance(event, Decision) and event.message_id:
-            card = self.store.card(event.turn_id)
+            card = self.store.cards.get(event.turn_id)
             if card is not None and card.message_id != event.message_id:
                 log.warning("tap_on_old_card", turn_id=event.turn_id, card=card.message_id)
                 return OUT_OF_DATE
         update_id = event.update_id or None
-        fresh = self.store.put_inbox(encode(event), time.time(), update_id)
+        fresh = self.store.inbox.put(encode(event), time.time(), update_id)
         if fresh:
             self.notifier.notify("inbox")
         return RECEIVED if isinstance(event, Decision) else None
@@ -84,7 +84,7 @@ class TelegramLink:
         poller = Poller(
             self.api,
             self.rules,
-            self.store,
+            self.store.inbox,
             self.handoff,
             poll_timeout_s=self.settings.telegram.poll_timeout_s,
             on_polling=lambda: self.notifier.notify("polling"),
@@ -119,7 +119,7 @@ class TelegramLink:
             )
         keyboard = approval_keyboard(ask.turn_id, self.key, labels)
         message_id = await self.outbox.send_approval(ask.chat_id, view, keyboard)
-        self.store.record_card(ask.turn_id, ask.chat_id, message_id, view.text, time.time())
+        self.store.cards.record(ask.turn_id, ask.chat_id, message_id, view.text, time.time())
 
     async def settle(self, settle: Any) -> None:
         """Show a decision's outcome on its card (``close`` says how), and answer the tap."""
@@ -148,7 +148,7 @@ class TelegramLink:
         first final outcome: a later one (a stale second tap) goes as a message of its own, as
         does any outcome when the card cannot be edited (too old, deleted, never recorded)."""
         told = escape(outcome) if tell else None
-        card = self.store.card(turn_id)
+        card = self.store.cards.get(turn_id)
         if card is None:
             if message_id:
                 # A card sent before cards were recorded: keep its text, drop its keyboard.
@@ -156,7 +156,7 @@ class TelegramLink:
             elif told is not None:
                 await self.outbox.send_text(chat_id, told)
             return
-        first = not card.outcome and (not final or self.store.close_card(turn_id, outcome))
+        first = not card.outcome and (not final or self.store.cards.close(turn_id, outcome))
         if first:
             text = decided_card(card.text, outcome)
             await self.outbox.close_card(card.chat_id, card.message_id, text, told)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shelldon.contracts import Decision, InboundMessage
-from shelldon.rules.arbiter import owners_of
+from shelldon.rules.commands import owners_of
 from shelldon.transport.approvals import InvalidCallback, parse_callback_data
 
 

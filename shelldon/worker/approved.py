@@ -27,7 +27,9 @@ import structlog
 
 from shelldon.contracts import ContractError, ToolCall, ToolResult, decode, encode
 from shelldon.proc import sandbox
-from shelldon.proc.child import Child, Output, SpawnError, die_with_parent
+from shelldon.proc.child import Child, SpawnError
+from shelldon.proc.output import Output
+from shelldon.proc.ties import die_with_parent
 from shelldon.worker.tools import Registry
 from shelldon.worker.tools.registry import execute_tool
 

@@ -38,8 +38,7 @@ from shelldon.contracts import (
     TurnRequest,
     Usage,
 )
-from shelldon.rules.replies import model_apology
-from shelldon.rules.risky import describe_call
+from shelldon.replies import describe_call, model_apology
 from shelldon.worker.catalogue import (
     DESCRIBE_TOOLS,
     definition_text,

@@ -15,8 +15,12 @@ Protocol: every message is one msgpack map and gets exactly one reply map
 - ``{"op": "spawn", "kind": "turn"|"resume", "request": bytes}`` → ``{"pid", "deadline",
   "cgroup"}`` plus two descriptors as SCM_RIGHTS: the worker's channel end and the read end of
   its *exit pipe*; the zygote closes its copies at once.
+- ``{"op": "gate", "staging", "private", "name", "timeout_s", "address_space_mb", "cpu_s",
+  "cap"}`` → ``{"pid", "cgroup"}`` plus two descriptors: the read end of the gate pytest's
+  combined output and its exit pipe. The zygote forks the pytest (``gate.launch_pytest``:
+  confinement from its own ``[sandbox]``, the given bounds) and watches it like a worker.
 - ``{"op": "kill", "pid"}`` → ``{}``; ``{"op": "close", "pid"}`` → ``{}`` (the service is done
-  with that worker: one still running is killed). Neither waits for the worker to exit.
+  with that worker or gate: one still running is killed). Neither waits for the exit.
 
 Exits are events, not requests: the zygote watches every worker (a pidfd where the kernel has
 one, else a short poll), and when one exits it sweeps its process group and cgroup, reaps it,
@@ -35,27 +39,27 @@ freshly forked worker when the self-coded toolbox changed since the spare was fo
 fingerprint differs), or when the spare died while idle or does not take the assignment.
 ``resume`` spawns always fork afresh: their approved call runs before the confinement closes.
 
-This module is the service's side (``Zygote``, ``ZygoteWorkerHandle``); the zygote process
-itself is ``shelldon.worker.zygote_server``. The zygote holds the real ``WorkerHandle`` of every
-worker, so kill (cgroup + process group +
-pid), waitid-before-reap and exit codes keep the semantics of ``spawn``. A malformed request
-gets an error reply; EOF on the control socket kills and reaps every worker and the spare, then
-the zygote exits 0. The service side (``Zygote``) is synchronous, locked, and bounded by a
-timeout: a zygote that dies, stalls or breaks the protocol is SIGKILLed (its workers die with
-it) and every later spawn raises ``ZygoteError``.
+This module is the service's side (``Zygote``; its children are ``shelldon.worker.remote``)
+and the zygote's first steps (``zygote_main``); then it serves (``shelldon.worker.zygote_server``).
+The zygote holds the real ``WorkerHandle`` of every worker (and ``Child`` of every gate), so
+kill (cgroup + process group + pid), waitid-before-reap and exit codes keep their semantics. A
+malformed request gets an error reply; EOF on the control socket kills and reaps every worker
+and the spare, then the zygote exits 0. The service side (``Zygote``) is synchronous, locked,
+and bounded by a timeout: a zygote that dies, stalls or breaks the protocol is SIGKILLed (its
+workers die with it) and every later spawn raises ``ZygoteError``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import msgpack
 import structlog
@@ -68,16 +72,18 @@ from shelldon.contracts import (
     encode,
 )
 from shelldon.proc import sandbox
-from shelldon.proc.child import EXIT_UNKNOWN, SpawnError, readable
-from shelldon.worker.spawn import (
-    RegistryFactory,
-    WorkerHandle,
-    above_stdio,
-)
+from shelldon.proc.child import Child, SpawnError
+from shelldon.proc.output import Output
+from shelldon.proc.ties import die_with_parent
+from shelldon.secrets import forget_env_secrets
+from shelldon.toolbox.gate import GateLimits
+from shelldon.worker.prepare import close_inherited_fds, reopen_stdio, reset_signals
+from shelldon.worker.remote import ZygoteError, ZygoteGate, ZygoteWorkerHandle
+from shelldon.worker.spawn import RegistryFactory, above_stdio
 from shelldon.worker.tools import build_registry
-from shelldon.worker.zygote_server import EXIT_CODE, MAX_MESSAGE, zygote_main
+from shelldon.worker.zygote_server import MAX_MESSAGE, ZygoteServer
 
-__all__ = ["MAX_MESSAGE", "PART_BYTES", "Zygote", "ZygoteError", "ZygoteWorkerHandle"]
+__all__ = ["MAX_MESSAGE", "PART_BYTES", "Zygote", "ZygoteError", "ZygoteGate", "ZygoteWorkerHandle"]
 
 log = structlog.get_logger(__name__)
 
@@ -87,124 +93,51 @@ REQUEST_TIMEOUT_S = 5.0
 PART_BYTES = 60 * 1024
 """Request bytes carried per seqpacket message (well under the default socket buffer)."""
 
-REAP_BLOCK_S = 10.0
-"""Longest a blocking ``reap`` waits for the zygote to report an exit before it declares the
-zygote broken (only tests and benchmarks block: actors watch the exit pipe)."""
 
-
-class ZygoteError(SpawnError):
-    """The zygote is dead, timed out or broke the protocol: no worker can be started."""
-
-
-# ------------------------------------------------------------------ the service's side
-
-
-@dataclass(slots=True)
-class ZygoteWorkerHandle(WorkerHandle):
-    """A worker forked by the zygote, as the TurnActor sees it.
-
-    ``fileno``/``send``/``read_frames`` work on the channel end received from the zygote, as
-    in ``WorkerHandle``. ``exit_fileno`` is the read end of the worker's exit pipe: readable
-    once the zygote has reaped the worker (or died). ``reap`` reads it; ``kill`` and ``close``
-    are requests to the zygote, which is the worker's parent and holds its real handle. None of
-    them raises, and only ``reap(block=True)`` waits: if the zygote is gone, its workers died
-    with it (PDEATHSIG), so the turn's cgroup is swept and the exit is ``EXIT_UNKNOWN``.
-    """
-
-    zygote: Zygote | None = None
-    cgroup_path: str | None = None
-    released: bool = False
-    exits: int = -1
-
-    def exit_fileno(self) -> int:
-        return self.exits
-
-    def kill(self) -> None:
-        """SIGKILL the worker (cgroup, process group, pid) through the zygote."""
-        if self.released or self.exit_code is not None or self.zygote is None:
-            return
-        try:
-            self.zygote.call({"op": "kill", "pid": self.pid})
-        except ZygoteError as exc:
-            log.warning("zygote_kill_failed", pid=self.pid, turn_id=self.turn_id, error=str(exc))
-            self._orphaned()
-        except SpawnError as exc:  # the zygote no longer knows it: already gone
-            log.info("zygote_kill_refused", pid=self.pid, error=str(exc))
-
-    def reap(self, block: bool = False) -> int | None:
-        """The worker's exit code (negative: killed by that signal), or None while it runs and
-        ``block`` is False."""
-        if self.exit_code is not None:
-            return self.exit_code
-        if self.exits < 0:
-            self.exit_code = EXIT_UNKNOWN
-            return self.exit_code
-        if not readable(self.exits, REAP_BLOCK_S if block else 0.0):
-            if not block:
-                return None
-            if self.zygote is not None:
-                self.zygote.abandon(f"no exit reported for worker {self.pid} in {REAP_BLOCK_S} s")
-            self.exit_code = EXIT_UNKNOWN
-            return self.exit_code
-        try:
-            data = os.read(self.exits, EXIT_CODE.size)
-        except OSError:
-            data = b""
-        if len(data) == EXIT_CODE.size:
-            (self.exit_code,) = EXIT_CODE.unpack(data)
-        else:  # EOF without a code: the zygote died, and its workers with it
-            self._orphaned()
-            self.exit_code = EXIT_UNKNOWN
-        return self.exit_code
-
-    def close(self) -> None:
-        """Close the channel and the exit pipe; a worker still running is killed by the zygote
-        (which reaps it and removes the turn's cgroup in its own time)."""
-        self.sock.close()
-        if self.released:
-            return
-        self.released = True
-        self.reap(block=False)
-        if self.exits >= 0:
-            os.close(self.exits)
-            self.exits = -1
-        zygote = self.zygote
-        if zygote is None:
-            return
-        if self.exit_code is None:
-            try:
-                zygote.call({"op": "close", "pid": self.pid})
-            except ZygoteError as exc:
-                log.warning("zygote_close_failed", pid=self.pid, error=str(exc))
-                self._orphaned()
-                self.exit_code = EXIT_UNKNOWN
-            except SpawnError as exc:
-                log.info("zygote_close_refused", pid=self.pid, error=str(exc))
-        zygote.forget(self.pid)
-
-    def _orphaned(self) -> None:
-        """The zygote is gone (it was killed): the worker died by PDEATHSIG; whatever its
-        tools left in the turn's cgroup goes too."""
-        if self.cgroup_path is not None:
-            sandbox.TurnCgroup(Path(self.cgroup_path)).close()
-
-    def __enter__(self) -> ZygoteWorkerHandle:
-        return self
+def zygote_main(
+    sock: socket.socket,
+    parent_pid: int,
+    settings: Settings,
+    registry_factory: RegistryFactory,
+    spare: bool = True,
+) -> NoReturn:
+    """The zygote's whole life; every path ends in ``os._exit``."""
+    code = 1
+    try:
+        reset_signals()
+        # A terminal's Ctrl-C is for the service, which then stops us.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # Inherited objects must never be collected here: a finalizer would close an fd number
+        # this process may have reused by then. (Frozen before the fds close, not after.)
+        gc.freeze()
+        die_with_parent(parent_pid, 1)
+        close_inherited_fds(sock.fileno())
+        reopen_stdio()
+        forget_env_secrets()
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(actor="zygote")
+        ZygoteServer(sock, settings, registry_factory, spare=spare).serve()
+        code = 0
+    except BaseException as exc:
+        with contextlib.suppress(BaseException):
+            log.error("zygote_crashed", error=f"{type(exc).__name__}: {exc}")
+    finally:
+        os._exit(code)
 
 
 class Zygote:
     """The service's client of the zygote process (one client; calls are serialized)."""
 
     def __init__(
-        self, pid: int, sock: socket.socket, *, timeout: float = REQUEST_TIMEOUT_S
+        self, child: Child, sock: socket.socket, *, timeout: float = REQUEST_TIMEOUT_S
     ) -> None:
-        self.pid = pid
+        self.pid = child.pid
+        self._child = child
         self._sock = sock
         self._timeout = timeout
         self._lock = threading.Lock()
         self._seq = 0
         self._dead: str | None = None
-        self._exit_code: int | None = None
         # Workers not yet reaped or closed, with their cgroup (swept if the zygote is killed).
         self._live: dict[int, str | None] = {}
 
@@ -234,21 +167,22 @@ class Zygote:
         except OSError as exc:
             raise ZygoteError(f"cannot open the zygote's control socket: {exc}") from exc
         parent_pid = os.getpid()
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            ours.close()
-            theirs.close()
-            raise ZygoteError(f"cannot fork the zygote: {exc}") from exc
-        if pid == 0:  # pragma: no cover - the zygote; covered by the tests' assertions
+
+        def body() -> None:  # pragma: no cover - the zygote; covered by the tests' assertions
             try:
                 ours.close()
             finally:
                 zygote_main(theirs, parent_pid, settings, registry_factory, spare)
+
+        try:
+            child = Child.fork(body)
+        except SpawnError as exc:
+            ours.close()
+            theirs.close()
+            raise ZygoteError(f"cannot fork the zygote: {exc}") from exc
         theirs.close()
-        with contextlib.suppress(OSError):
-            os.setpgid(pid, pid)  # also from this side: no window before the child's own
-        zygote = cls(pid, ours)
+        pid = child.pid
+        zygote = cls(child, ours)
         try:
             reply = zygote.call({"op": "ping"})
         except SpawnError:
@@ -272,14 +206,10 @@ class Zygote:
         with self._lock:
             if self._dead is not None:
                 return False
-            try:
-                done, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:
-                done, status = self.pid, -1
-            if done == 0:
+            code = self._child.reap(block=False)
+            if code is None:
                 return True
-            self._exit_code = EXIT_UNKNOWN if status < 0 else os.waitstatus_to_exitcode(status)
-            self._mark_dead(f"the zygote exited ({self._exit_code})")
+            self._mark_dead(f"the zygote exited ({code})")
             self._kill_hard()  # sweeps what its workers left in their cgroups
             return False
 
@@ -290,20 +220,12 @@ class Zygote:
             if self._dead is None:
                 self._dead = "the zygote was stopped"
             self._sock.close()
-            until = time.monotonic() + max(0.0, timeout)
-            while self._exit_code is None:
-                try:
-                    done, status = os.waitpid(self.pid, os.WNOHANG)
-                except ChildProcessError:
-                    break  # already reaped
-                if done:
-                    self._exit_code = os.waitstatus_to_exitcode(status)
-                    break
-                if time.monotonic() >= until:
-                    log.warning("zygote_did_not_stop", pid=self.pid)
-                    self._kill_hard()
-                    break
-                time.sleep(0.002)
+            if self._child.wait_exit(max(0.0, timeout)):
+                self._child.reap(block=True)
+            else:
+                log.warning("zygote_did_not_stop", pid=self.pid)
+                self._kill_hard()
+            self._child.close()
             self._live.clear()
 
     # -------------------------------------------------------------- spawning
@@ -315,6 +237,33 @@ class Zygote:
     def spawn_resume(self, request: ResumeRequest) -> ZygoteWorkerHandle:
         """A worker (forked by the zygote) that resumes a parked turn."""
         return self._spawn("resume", request.turn_id, request)
+
+    def spawn_gate(self, staging: Path, private: Path, name: str, limits: GateLimits) -> ZygoteGate:
+        """A gate's pytest (forked by the zygote) on ``test_<name>.py`` in ``staging``."""
+        request = {
+            "op": "gate",
+            "staging": str(staging),
+            "private": str(private),
+            "name": name,
+            "timeout_s": limits.timeout_s,
+            "address_space_mb": limits.address_space_mb,
+            "cpu_s": limits.cpu_s,
+            "cap": limits.max_output_chars,
+        }
+        with self._lock:
+            reply, fds = self._call_locked(request, with_fds=True)
+            pid, cgroup = reply.get("pid"), reply.get("cgroup")
+            if not isinstance(pid, int) or not isinstance(cgroup, str | None) or len(fds) != 2:
+                for fd in fds:
+                    os.close(fd)
+                if isinstance(pid, int):
+                    with contextlib.suppress(SpawnError):
+                        self._call_locked({"op": "close", "pid": pid})
+                raise SpawnError("the zygote's gate reply is malformed (out of descriptors?)")
+            self._live[pid] = cgroup
+        os.set_blocking(fds[1], False)
+        output = Output(fds[0], limits.max_output_chars, tail=True)
+        return ZygoteGate(self, pid, output, fds[1], cgroup)
 
     def _spawn(self, kind: str, turn_id: str, request: Any) -> ZygoteWorkerHandle:
         try:
@@ -431,14 +380,8 @@ class Zygote:
         self._sock.close()
 
     def _kill_hard(self) -> None:
-        if self._exit_code is None:
-            with contextlib.suppress(OSError):
-                os.kill(self.pid, signal.SIGKILL)
-            try:
-                _, status = os.waitpid(self.pid, 0)
-                self._exit_code = os.waitstatus_to_exitcode(status)
-            except ChildProcessError:
-                self._exit_code = EXIT_UNKNOWN
+        self._child.kill()
+        self._child.reap(block=True)
         # Workers died by PDEATHSIG; what their tools left in a turn's cgroup goes now.
         for cgroup in self._live.values():
             if cgroup is not None:

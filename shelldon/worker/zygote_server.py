@@ -1,26 +1,26 @@
 """The zygote process: forks every per-turn worker, reports each exit, keeps the spare.
 
-Forked by ``shelldon.worker.zygote.Zygote.start`` before the service reads any secret;
-``zygote_main`` is its whole life. ``ZygoteServer`` answers the control socket's requests (the
-protocol is in ``shelldon.worker.zygote``), holds the real ``WorkerHandle`` of every worker it
-handed out, watches them (pidfd), and writes each one's exit code into its exit pipe once it has
-swept and reaped it; it kills a worker still running ``BACKSTOP_S`` past its deadline and grace.
+Forked by ``shelldon.worker.zygote.Zygote.start`` before the service reads any secret
+(``zygote_main`` there is its whole life). ``ZygoteServer`` answers the control socket's
+requests (the protocol is in ``shelldon.worker.zygote``), holds the real handle of every worker
+and gate it handed out, watches them (pidfd), and writes each one's exit code into its exit pipe
+once it has swept and reaped it; it kills one still running ``BACKSTOP_S`` past its deadline and
+grace.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 import os
 import select
-import signal
 import socket
 import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from pathlib import Path
+from typing import Any
 
 import msgpack
 import structlog
@@ -28,17 +28,13 @@ import structlog
 from shelldon.config import Settings
 from shelldon.contracts import Assignment, ContractError, ResumeRequest, TurnRequest, decode, encode
 from shelldon.proc import sandbox
-from shelldon.proc.child import SpawnError, die_with_parent
-from shelldon.secrets import forget_env_secrets
+from shelldon.proc.child import Child, SpawnError
+from shelldon.toolbox.gate import GateLimits, launch_pytest
+from shelldon.worker import spare as spares
 from shelldon.worker import spawn
 from shelldon.worker.channel import pack_frame
-from shelldon.worker.spawn import (
-    RegistryFactory,
-    WorkerHandle,
-    close_inherited_fds,
-    reopen_stdio,
-    reset_signals,
-)
+from shelldon.worker.handle import WorkerHandle
+from shelldon.worker.spawn import RegistryFactory
 from shelldon.worker.tools import context_from_settings, selfcoded
 
 log = structlog.get_logger(__name__)
@@ -59,43 +55,7 @@ EXIT_CODE = struct.Struct("<i")
 _POLL_FALLBACK_S = 0.05
 """Without a pidfd for some worker, how often the zygote looks for its exit."""
 
-_OPS = frozenset({"ping", "part", "spawn", "kill", "close"})
-
-
-def zygote_main(
-    sock: socket.socket,
-    parent_pid: int,
-    settings: Settings,
-    registry_factory: RegistryFactory,
-    spare: bool = True,
-) -> NoReturn:
-    """The zygote's whole life; every path ends in ``os._exit``."""
-    code = 1
-    try:
-        reset_signals()
-        # A terminal's Ctrl-C is for the service, which then stops us.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        # Inherited objects must never be collected here: a finalizer would close an fd number
-        # this process may have reused by then. (Frozen before the fds close, not after.)
-        gc.freeze()
-        die_with_parent(parent_pid, 1)
-        close_inherited_fds(sock.fileno())
-        # Rulesets the service may have prebuilt were closed just now: forget their numbers,
-        # or the next prepared worker would "apply" whatever reuses them. (No public hook in
-        # sandbox for this yet.)
-        sandbox.forget_prebuilt()
-        os.setpgid(0, 0)
-        reopen_stdio()
-        forget_env_secrets()
-        structlog.contextvars.clear_contextvars()
-        structlog.contextvars.bind_contextvars(actor="zygote")
-        ZygoteServer(sock, settings, registry_factory, spare=spare).serve()
-        code = 0
-    except BaseException as exc:
-        with contextlib.suppress(BaseException):
-            log.error("zygote_crashed", error=f"{type(exc).__name__}: {exc}")
-    finally:
-        os._exit(code)
+_OPS = frozenset({"ping", "part", "spawn", "gate", "kill", "close"})
 
 
 class RequestError(Exception):
@@ -108,11 +68,14 @@ class RequestError(Exception):
 
 @dataclass(slots=True)
 class Worker:
-    """A worker handed to the service and not yet reported: its handle (whose pidfd the loop
-    watches) and the write end of its exit pipe."""
+    """A worker or gate handed to the service and not yet reported: its handle (whose pidfd
+    the loop watches), the write end of its exit pipe, the deadline its backstop counts from
+    and its name in the logs (a turn id, or ``gate:<tool>``)."""
 
-    handle: WorkerHandle
+    handle: WorkerHandle | Child
     exit_w: int
+    deadline: float
+    name: str
     killed_overdue: bool = False
 
     def release(self, code: int | None) -> None:
@@ -150,6 +113,8 @@ class ZygoteServer:
         self.settings = settings
         self.registry_factory = registry_factory
         self.context = context_from_settings(settings)
+        # The workers' prebuilt Landlock rulesets: this process forks them, so it holds them.
+        self.rulesets = sandbox.Rulesets()
         self.keep_spare = spare
         self.spare: Spare | None = None
         self.workers: dict[int, Worker] = {}
@@ -166,7 +131,7 @@ class ZygoteServer:
         every worker."""
         self.sock.setblocking(True)
         try:
-            spawn.warm_codec()  # before any worker is forked: they all inherit it
+            spares.warm_codec()  # before any worker is forked: they all inherit it
             self.refill()
             while True:
                 poller = select.poll()
@@ -209,7 +174,7 @@ class ZygoteServer:
         return max(0.0, min(due) - time.monotonic()) if due else None
 
     def backstop_at(self, worker: Worker) -> float:
-        return worker.handle.deadline + self.settings.limits.kill_grace_s + BACKSTOP_S
+        return worker.deadline + self.settings.limits.kill_grace_s + BACKSTOP_S
 
     def look_at_workers(self) -> None:
         """Report every worker that exited (group and cgroup swept, reaped); kill one that ran
@@ -220,7 +185,7 @@ class ZygoteServer:
             code = handle.reap(block=False)
             if code is None:
                 if not worker.killed_overdue and now >= self.backstop_at(worker):
-                    log.warning("worker_killed_overdue", pid=pid, turn_id=handle.turn_id)
+                    log.warning("worker_killed_overdue", pid=pid, turn_id=worker.name)
                     worker.killed_overdue = True
                     handle.kill()
                 continue
@@ -228,7 +193,7 @@ class ZygoteServer:
                 handle.close()  # the turn's cgroup: stragglers die, the directory goes
             worker.release(code)
             del self.workers[pid]
-            log.info("worker_exited", pid=pid, turn_id=handle.turn_id, exit_code=code)
+            log.info("worker_exited", pid=pid, turn_id=worker.name, exit_code=code)
 
     def handle(self, data: bytes, *, truncated: bool = False) -> None:
         """Answer one message (never raises for a bad one)."""
@@ -250,6 +215,9 @@ class ZygoteServer:
                 self.pending.clear()
             if op == "spawn":
                 self.spawn(seq, request)
+                return
+            if op == "gate":
+                self.gate(seq, request)
                 return
             reply = self.handlers[op](request)
         except RequestError as exc:
@@ -307,13 +275,16 @@ class ZygoteServer:
             resume = contract
         else:
             raise RequestError("protocol", f"{kind!r} with a {type(contract).__name__}")
-        handle = self.take_spare(turn) if turn is not None else None
+        handle = self.take_spare(turn, blob) if turn is not None else None
         if handle is None:
             self.discover()
             try:
                 if turn is not None:
                     handle = spawn.spawn_turn(
-                        turn, self.settings, registry_factory=self.registry_factory
+                        turn,
+                        self.settings,
+                        registry_factory=self.registry_factory,
+                        rulesets=self.rulesets,
                     )
                 else:
                     assert resume is not None
@@ -328,7 +299,7 @@ class ZygoteServer:
         except OSError as exc:
             self.discard(handle)
             raise RequestError("spawn", f"cannot open the exit pipe: {exc}") from exc
-        self.workers[handle.pid] = Worker(handle, exit_w)
+        self.workers[handle.pid] = Worker(handle, exit_w, handle.deadline, handle.turn_id)
         cgroup = str(handle.cgroup.path) if handle.cgroup is not None else None
         try:
             self.reply(
@@ -348,6 +319,46 @@ class ZygoteServer:
         # Only now, with the service already talking to this turn's worker: the next spare.
         if self.refill():
             self.rehearse()
+
+    def gate(self, seq: int, request: dict[str, Any]) -> None:
+        """Fork a gate's pytest (``launch_pytest``: the confinement, limits and cgroup of a
+        gate) and hand the service its output pipe and exit pipe."""
+        staging, private, name = request.get("staging"), request.get("private"), request.get("name")
+        bounds = [request.get(key) for key in ("timeout_s", "address_space_mb", "cpu_s", "cap")]
+        numbers = [v for v in bounds if isinstance(v, int | float) and v > 0]
+        paths = [v for v in (staging, private, name) if isinstance(v, str)]
+        if len(numbers) != 4 or len(paths) != 3 or Path(paths[1]).parent != Path(paths[0]):
+            raise RequestError("protocol", "a gate: staging, private dir in it, tool, bounds")
+        if not paths[2].isidentifier():
+            raise RequestError("protocol", "a tool is named by an identifier")
+        timeout_s, address_space_mb, cpu_s, cap = numbers
+        sandbox_settings = self.settings.sandbox
+        limits = GateLimits(
+            float(timeout_s), int(address_space_mb), int(cpu_s), int(cap), sandbox_settings
+        )
+        try:
+            exit_r, exit_w = os.pipe2(os.O_CLOEXEC)
+        except OSError as exc:
+            raise RequestError("spawn", f"cannot open the exit pipe: {exc}") from exc
+        try:
+            child = launch_pytest(Path(paths[0]), Path(paths[1]), paths[2], limits)
+        except OSError as exc:
+            os.close(exit_r)
+            os.close(exit_w)
+            raise RequestError("spawn", f"cannot start pytest: {exc}") from exc
+        output = child.output
+        assert output is not None
+        deadline = time.monotonic() + limits.timeout_s
+        self.workers[child.pid] = Worker(child, exit_w, deadline, f"gate:{paths[2]}")
+        cgroup = str(child.cgroup.path) if child.cgroup is not None else None
+        try:
+            reply = {"id": seq, "ok": True, "pid": child.pid, "cgroup": cgroup}
+            self.reply(reply, (output.fd, exit_r))
+        finally:
+            # The service reads the output now; a copy here would hide pytest's EOF.
+            output.close()
+            child.output = None
+            os.close(exit_r)
 
     # -------------------------------------------------------------- the spare
 
@@ -374,7 +385,9 @@ class ZygoteServer:
             return False
         self.discover()
         try:
-            handle = spawn.spawn_spare(self.settings, registry_factory=self.registry_factory)
+            handle = spawn.spawn_spare(
+                self.settings, registry_factory=self.registry_factory, rulesets=self.rulesets
+            )
         except Exception as exc:
             log.warning("spare_not_forked", error=f"{type(exc).__name__}: {exc}")
             return False
@@ -391,11 +404,12 @@ class ZygoteServer:
             wire = msgpack.packb({"op": "spawn", "kind": "turn", "request": encode(request)})
             decode(msgpack.unpackb(wire)["request"])
             selfcoded.toolbox_fingerprint(self.context)
-            pack_frame(Assignment(request, time.monotonic()))
+            pack_frame(Assignment(encode(request), time.monotonic()))
             msgpack.packb({"id": 0, "ok": True, "pid": 0, "deadline": 0.0, "cgroup": None})
 
-    def take_spare(self, turn: TurnRequest) -> WorkerHandle | None:
-        """The spare, assigned ``turn`` (deadline fixed now); None if there is no usable one,
+    def take_spare(self, turn: TurnRequest, blob: bytes) -> WorkerHandle | None:
+        """The spare, assigned ``turn`` (``blob``, as the service encoded it; deadline fixed
+        now); None if there is no usable one,
         after discarding one that is stale, dead or stuck."""
         spare, self.spare = self.spare, None
         if spare is None:
@@ -411,7 +425,7 @@ class ZygoteServer:
             return None
         deadline = time.monotonic() + self.settings.limits.turn_timeout_s
         try:
-            spawn.assign_spare(spare.handle, turn, deadline)
+            spares.assign_spare(spare.handle, turn, deadline, blob=blob)
         except Exception as exc:  # SpawnError above all; whatever it is, no turn gets it
             log.warning("spare_lost", pid=spare.handle.pid, turn_id=turn.turn_id, error=str(exc))
             self.discard(spare.handle)
@@ -419,8 +433,8 @@ class ZygoteServer:
         return spare.handle
 
     @staticmethod
-    def discard(handle: WorkerHandle) -> None:
-        """Kill, reap and close a worker no turn owns (a spare)."""
+    def discard(handle: WorkerHandle | Child) -> None:
+        """Kill, reap and close a child no one else owns (a spare; every child at shutdown)."""
         with contextlib.suppress(Exception):
             handle.kill()
             handle.reap(block=True)

@@ -75,7 +75,7 @@ def main() -> None:
         for i in range(N_TOOLS):
             code = TOOL.format(i=i)
             (sc.live_dir / f"tool_{i:03d}.py").write_text(code)
-            store.approve_tool(f"tool_{i:03d}", code_hash(code), 0.0)
+            store.tools.approve(f"tool_{i:03d}", code_hash(code), 0.0)
         t = time.perf_counter()
         sc.write_manifest()
         cold_ms = (time.perf_counter() - t) * 1000

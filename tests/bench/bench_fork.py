@@ -42,8 +42,9 @@ from shelldon.contracts import (
     decode,
     encode,
 )
+from shelldon.worker.handle import WorkerHandle
 from shelldon.worker.loop import run_turn
-from shelldon.worker.spawn import WorkerHandle, spawn_turn
+from shelldon.worker.spawn import spawn_turn
 from shelldon.worker.tools import (
     Registry,
     ToolSpec,

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from aiohttp import web
 
-from shelldon.proc.child import process_table
+from shelldon.proc.sweep import process_table
 from shelldon.worker.tools.git import check_git_args, git, git_env, planted_findings, prepare_git
 from shelldon.worker.tools.gitconfig import attribute_findings, read_config
 from shelldon.worker.tools.http import make_http_get

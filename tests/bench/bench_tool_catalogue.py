@@ -200,7 +200,7 @@ def promote_tools(sc: Toolbox, store: Store, n: int) -> None:
     for i in range(n):
         code = TOOL.format(i=i)
         (sc.live_dir / f"tool_{i:03d}.py").write_text(code)
-        store.approve_tool(f"tool_{i:03d}", code_hash(code), 0.0)
+        store.tools.approve(f"tool_{i:03d}", code_hash(code), 0.0)
     sc.write_manifest()
 
 

@@ -32,7 +32,8 @@ import structlog
 
 from shelldon.config import Settings, load_settings
 from shelldon.contracts import Job, TurnRequest
-from shelldon.worker.spawn import WorkerHandle, spawn_turn
+from shelldon.worker.handle import WorkerHandle
+from shelldon.worker.spawn import spawn_turn
 from shelldon.worker.zygote import Zygote
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

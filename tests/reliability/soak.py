@@ -205,7 +205,7 @@ def _pending(run: ShelldonRun) -> list[Any]:
     from shelldon.store import Store
 
     with Store(run.home / "shelldon.db") as store:
-        return store.pending()
+        return store.parked.pending()
 
 
 def dump(report: SoakReport, path: Path) -> None:

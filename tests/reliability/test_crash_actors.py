@@ -35,7 +35,6 @@ SCRIPT: list[dict[str, Any]] = [
 ROLES = (
     "broker",
     "turn",
-    "approvals",
     "strikes",
     "gate",
     "arbiter",
@@ -63,7 +62,7 @@ def service(tmp_path: Path) -> Iterator[Service]:
 
 def turn_started(svc: Service, text: str) -> bool:
     """Whether the arbiter has started the turn for ``text`` (it records the message then)."""
-    return any(m.content == text for m in svc.store.recent_messages(OWNER))
+    return any(m.content == text for m in svc.store.conversation.recent(OWNER))
 
 
 def finals_after(svc: Service, index: int) -> list[str]:
@@ -82,7 +81,7 @@ def test_actor_crashed_mid_turn_is_restarted_and_the_turn_ends_once(
     tg.do(tg.fake.queue_message, OWNER, "save a note")
     wait_until(lambda: keyboards(tg), what="the approval keyboard")
     (ask,) = keyboards(tg)
-    (parked,) = service.store.pending()
+    (parked,) = service.store.parked.pending()
 
     mark = len(texts(tg))
     tg.do(tg.fake.queue_message, OWNER, "slow please")
@@ -98,15 +97,15 @@ def test_actor_crashed_mid_turn_is_restarted_and_the_turn_ends_once(
     tg.do(tg.fake.queue_message, OWNER, "after the crash")
     wait_until(lambda: "Still here." in texts(tg), 15, "the next turn's answer")
 
-    assert service.store.has_approval(parked.turn_id)
+    assert service.store.parked.has_approval(parked.turn_id)
     tg.do(tg.fake.tap, OWNER, ask, 0)
     note = service.settings.workspace / "n.txt"
     wait_until(note.exists, 15, "the parked call to run after the tap")
     assert note.read_text() == "x"
-    actions = [e.action for e in service.store.audit_log()]
+    actions = [e.action for e in service.store.audit.log()]
     assert actions.count("approved") == 1
     if role != "broker":
         # A restarted broker replays the scripted brain from its first step, so there the
         # model asks for the same write again; with every other role the story just ends.
         wait_until(lambda: "Saved." in texts(tg), 15, "the resumed turn's answer")
-        assert service.store.pending() == []
+        assert service.store.parked.pending() == []

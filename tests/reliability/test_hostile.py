@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from shelldon.contracts import InboundMessage, encode
-from shelldon.rules.arbiter import UNREADABLE
+from shelldon.rules.replies import UNREADABLE
 from shelldon.store import Store
 from shelldon.transport.approvals import approval_callback_data, callback_key
 from shelldon.worker import spawn
@@ -96,7 +96,7 @@ def assert_healthy(run: ShelldonRun, tg: ThreadedFakeTelegram) -> None:
 def assert_nothing_ran(run: ShelldonRun) -> None:
     assert not (run.home / "workspace" / "ran.log").exists()
     with Store(run.home / "shelldon.db") as store:
-        assert "approved" not in [e.action for e in store.audit_log()]
+        assert "approved" not in [e.action for e in store.audit.log()]
 
 
 # ------------------------------------------------------------------ generated updates
@@ -230,7 +230,7 @@ def test_forged_callback_data_decides_nothing(run: ShelldonRun, tg: ThreadedFake
     time.sleep(0.5)
     assert_nothing_ran(run)
     with Store(run.home / "shelldon.db") as store:
-        assert store.has_approval(turn_id)
+        assert store.parked.has_approval(turn_id)
     # The real button still works, once.
     tg.do(tg.fake.queue_callback, OWNER, real, ask.message_id, OWNER)
     wait_until(lambda: "Noted." in texts(tg), 15, "the real tap to run the call")
@@ -263,7 +263,7 @@ def test_random_bytes_parked_as_approvals_are_refused_on_tap(
     turn_ids = [f"tcorrupt{i:08d}" for i in range(len(blobs))]
     with Store(run.home / "shelldon.db") as store:
         for turn_id, blob in zip(turn_ids, blobs, strict=True):
-            store.park_approval(turn_id, OWNER, blob, "run_shell(...)", time.time(), 3600)
+            store.parked.park_approval(turn_id, OWNER, blob, "run_shell(...)", time.time(), 3600)
     with Store(run.home / "shelldon.db") as store:
         for turn_id in turn_ids:
             # One at a time, so each outcome is counted for its own tap.
@@ -275,9 +275,9 @@ def test_random_bytes_parked_as_approvals_are_refused_on_tap(
                 10,
                 f"the outcome of the tap on {turn_id}",
             )
-            assert not store.has_approval(turn_id)
+            assert not store.parked.has_approval(turn_id)
         wait_until(
-            lambda: [e.action for e in store.audit_log()].count("corrupt") == len(blobs),
+            lambda: [e.action for e in store.audit.log()].count("corrupt") == len(blobs),
             10,
             "every corrupt blob audited",
         )
@@ -307,7 +307,9 @@ def test_hostile_parked_promotions_promote_nothing(
     (pong,) = [m for m in tg.fake.sent if m.visible == "pong"]
     with Store(run.home / "shelldon.db") as store:
         for i, (name, digest) in enumerate(HOSTILE_PROMOTIONS):
-            store.park_promotion(f"phostile{i:08d}", OWNER, name, digest, "x", time.time(), 3600)
+            store.parked.park_promotion(
+                f"phostile{i:08d}", OWNER, name, digest, "x", time.time(), 3600
+            )
         for i in range(len(HOSTILE_PROMOTIONS)):
             turn_id = f"phostile{i:08d}"
             calls = len(tg.fake.calls)
@@ -318,7 +320,7 @@ def test_hostile_parked_promotions_promote_nothing(
                 pong.message_id,
                 OWNER,
             )
-            wait_until(lambda: not store.has_promotion(turn_id), 10, f"{turn_id} decided")  # noqa: B023
+            wait_until(lambda: not store.parked.has_promotion(turn_id), 10, f"{turn_id} decided")  # noqa: B023
             wait_until(lambda: len(tg.fake.calls) > calls + 1, 10, "the outcome")  # noqa: B023
     assert not list((run.home / "toolbox" / "live").glob("*.py"))
     assert not (run.home / "outside.py").exists()

@@ -124,8 +124,8 @@ def test_approval_parked_before_a_power_cut_is_decidable_after_and_runs_once(
     ran = run.home / "workspace" / "ran.log"
     assert ran.read_text() == "ran\n"
     with Store(run.home / "shelldon.db") as store:
-        assert store.pending() == []
-        assert [e.action for e in store.audit_log()].count("approved") == 1
+        assert store.parked.pending() == []
+        assert [e.action for e in store.audit.log()].count("approved") == 1
     # The stale button decides nothing the second time.
     tg.do(tg.fake.queue_callback, OWNER, approve, ask.message_id, OWNER)
     wait_until(lambda: len(tg.fake.answers) >= 2, what="the second tap's answer")
@@ -149,7 +149,7 @@ def test_promotion_parked_before_a_power_cut_is_decidable_after(
     wait_until(lambda: any("echo_len" in t and "Added" in t for t in texts(tg)), 10, "'Added'")
     assert list((toolbox / "staging").iterdir()) == []
     with Store(run.home / "shelldon.db") as store:
-        assert store.pending() == []
+        assert store.parked.pending() == []
 
 
 def test_power_cut_during_a_gate_leaves_no_staged_file(
@@ -194,7 +194,9 @@ def test_messages_queued_at_a_power_cut_are_each_answered_at_most_once(
     for i in range(1, 4):
         tg.do(tg.fake.queue_message, OWNER, f"msg{i}")
     with Store(run.home / "shelldon.db") as store:
-        wait_until(lambda: len(store.inbox()) >= 3, 10, "the queued messages to be handed off")
+        wait_until(
+            lambda: len(store.inbox.waiting()) >= 3, 10, "the queued messages to be handed off"
+        )
     run.power_cut()
     run.start()
     wanted = [f"answer {i}" for i in range(1, 4)]
@@ -212,7 +214,7 @@ def test_message_in_flight_at_a_power_cut_is_answered_after_restart(
     run.start()
     tg.do(tg.fake.queue_message, OWNER, "dawdle a bit")
     with Store(run.home / "shelldon.db") as store:
-        wait_until(lambda: store.recent_messages(OWNER), 10, "the turn to start")
+        wait_until(lambda: store.conversation.recent(OWNER), 10, "the turn to start")
     run.power_cut()
     run.start()
     wait_until(

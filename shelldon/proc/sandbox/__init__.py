@@ -48,7 +48,7 @@ from shelldon.proc.sandbox.confinement import (
     with_private_dir,
 )
 from shelldon.proc.sandbox.dumpable import drop_capabilities, dumpable, forbid_dumps
-from shelldon.proc.sandbox.landlock import forget_prebuilt, landlock_abi, prebuilt_ruleset_fds
+from shelldon.proc.sandbox.landlock import Rulesets, landlock_abi
 from shelldon.proc.sandbox.paths import allowed_paths
 from shelldon.proc.sandbox.pidns import pidns_available
 from shelldon.proc.sandbox.plan import (
@@ -82,9 +82,8 @@ __all__ = [
     "drop_capabilities",
     "dumpable",
     "forbid_dumps",
-    "forget_prebuilt",
+    "Rulesets",
     "landlock_abi",
-    "prebuilt_ruleset_fds",
     "allowed_paths",
     "Confinement",
     "prepare_call",

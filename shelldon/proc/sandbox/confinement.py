@@ -19,7 +19,7 @@ import structlog
 
 from shelldon.config import SandboxSettings, Settings
 from shelldon.proc.sandbox.cgroup import TurnCgroup, open_turn_cgroup
-from shelldon.proc.sandbox.landlock import landlock_abi, prebuild_landlock
+from shelldon.proc.sandbox.landlock import Rulesets, landlock_abi
 from shelldon.proc.sandbox.paths import (
     allowed_paths,
     live_tools_read,
@@ -58,7 +58,11 @@ _turn_numbers = itertools.count(1)
 
 
 def _prepare(
-    sandbox: SandboxSettings, ro: tuple[str, ...], rw: tuple[str, ...], cgroup_name: str
+    sandbox: SandboxSettings,
+    ro: tuple[str, ...],
+    rw: tuple[str, ...],
+    cgroup_name: str,
+    rulesets: Rulesets | None,
 ) -> Confinement:
     p = plan(sandbox)
     if p.mode == "off":
@@ -68,20 +72,21 @@ def _prepare(
         if p.seccomp:
             build_filter(network=True, namespaces=p.fs != "userns")
             build_filter(network=False, namespaces=True)
-        if p.fs == "landlock":
-            ruleset = prebuild_landlock(ro, rw, network=False, abi=landlock_abi())
+        if p.fs == "landlock" and rulesets is not None:
+            ruleset = rulesets.get(ro, rw, network=False, abi=landlock_abi())
     except (SandboxError, OSError) as exc:
         log.warning("sandbox_not_prepared", error=str(exc))
     cgroup = open_turn_cgroup(sandbox, cgroup_name)
     return Confinement(p, ro, rw, ruleset, cgroup)
 
 
-def prepare_worker(settings: Settings) -> Confinement:
+def prepare_worker(settings: Settings, rulesets: Rulesets | None = None) -> Confinement:
     """A turn's worker: read-write on the workspace only, read-only the live self-coded tools,
-    its own cgroup (the caller owns it: ``close()`` at the end)."""
+    its own cgroup (the caller owns it: ``close()`` at the end); its Landlock ruleset from
+    ``rulesets`` (None: the worker builds its own)."""
     ro, rw = worker_paths(settings.workspace, never_paths(settings), live_tools_read(settings))
     name = f"shelldon-turn-{os.getpid()}-{next(_turn_numbers)}"
-    return _prepare(settings.sandbox, ro, rw, name)
+    return _prepare(settings.sandbox, ro, rw, name, rulesets)
 
 
 def prepare_call(settings: Settings) -> Confinement:

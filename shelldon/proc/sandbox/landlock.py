@@ -141,23 +141,6 @@ def _landlock_restrict(
     _landlock_apply(_landlock_ruleset(read_only, read_write, network=network, abi=abi))
 
 
-# Rulesets a parent builds once and every worker it forks only applies: building one opens
-# and adds ~20 paths (about 1 ms); the worker then adds just its own /proc/self. The parent
-# never restricts itself, so the fd is reusable for every fork. Keyed by the rules' inputs.
-_prebuilt: dict[tuple[tuple[str, ...], tuple[str, ...], bool, int], int] = {}
-
-
-def prebuilt_ruleset_fds() -> tuple[int, ...]:
-    """The rulesets this process holds open for the children it forks."""
-    return tuple(_prebuilt.values())
-
-
-def forget_prebuilt() -> None:
-    """Drop the rulesets built so far without closing them: for a freshly forked process that
-    has just closed every inherited descriptor (the numbers may be reused by anything now)."""
-    _prebuilt.clear()
-
-
 def _apply_prebuilt(ruleset: int | None, abi: int, *, proc_self: bool = False) -> bool:
     """Apply a ruleset the parent built (with ``proc_self``, plus this process's own
     ``/proc/self``); False (build afresh) if there is none or it is unusable."""
@@ -176,25 +159,38 @@ def _apply_prebuilt(ruleset: int | None, abi: int, *, proc_self: bool = False) -
     return True
 
 
-def prebuild_landlock(
-    ro: tuple[str, ...], rw: tuple[str, ...], *, network: bool, abi: int
-) -> int | None:
-    """A ruleset for these rules, built once per parent and kept open for every child it
-    forks (None: none could be built now; each child then builds its own)."""
-    key = (ro, rw, network, abi)
-    if not all(os.path.exists(path) for path in rw):
-        # A rule can only name a path that exists: a ruleset built now would lock the workspace
-        # out of every worker it is handed to. Build nothing; each worker builds its own.
-        log.warning("landlock_not_prebuilt", missing=[p for p in rw if not os.path.exists(p)])
-        return None
-    if key not in _prebuilt:
-        # One at a time: a parent whose settings changed must not hand stale rulesets down.
-        for fd in _prebuilt.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        _prebuilt.clear()
-        _prebuilt[key] = _landlock_ruleset(ro, rw, network=network, abi=abi)
-    return _prebuilt[key]
+class Rulesets:
+    """Landlock rulesets a forking process builds once and every worker it forks only applies:
+    building one opens and adds ~20 paths (about 1 ms); the worker then adds just its own
+    /proc/self. The owner never restricts itself, so a ruleset serves every fork. Owned by
+    whoever forks the workers (the zygote); a process forked after it starts without one."""
+
+    def __init__(self) -> None:
+        self._built: dict[tuple[tuple[str, ...], tuple[str, ...], bool, int], int] = {}
+
+    def fds(self) -> tuple[int, ...]:
+        """The rulesets held open for the children the owner forks."""
+        return tuple(self._built.values())
+
+    def get(
+        self, ro: tuple[str, ...], rw: tuple[str, ...], *, network: bool, abi: int
+    ) -> int | None:
+        """The ruleset for these rules, built on first use (None: none could be built now;
+        each child then builds its own)."""
+        key = (ro, rw, network, abi)
+        if not all(os.path.exists(path) for path in rw):
+            # A rule can only name a path that exists: a ruleset built now would lock the
+            # workspace out of every worker it is handed to. Each worker builds its own.
+            log.warning("landlock_not_prebuilt", missing=[p for p in rw if not os.path.exists(p)])
+            return None
+        if key not in self._built:
+            # One at a time: an owner whose settings changed must not hand stale rulesets down.
+            for fd in self._built.values():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._built.clear()
+            self._built[key] = _landlock_ruleset(ro, rw, network=network, abi=abi)
+        return self._built[key]
 
 
 def _landlock_allow(ruleset: int, path: str, rights: int) -> None:

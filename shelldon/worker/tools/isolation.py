@@ -33,7 +33,9 @@ import msgpack
 import structlog
 
 from shelldon.proc import sandbox
-from shelldon.proc.child import Child, Output, SpawnError, die_with_parent
+from shelldon.proc.child import Child, SpawnError
+from shelldon.proc.output import Output
+from shelldon.proc.ties import die_with_parent
 
 log = structlog.get_logger(__name__)
 

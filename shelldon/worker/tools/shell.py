@@ -26,15 +26,11 @@ from typing import Any
 import structlog
 
 from shelldon.contracts import Tier, ToolDefinition
-from shelldon.proc.child import (
-    Child,
-    Output,
-    become_subreaper,
-    readable,
-    snapshot,
-    sweep_descendants,
-)
+from shelldon.proc.child import Child, readable
 from shelldon.proc.limits import ProcessLimits, preexec_with_limits
+from shelldon.proc.output import Output
+from shelldon.proc.sweep import snapshot, sweep_descendants
+from shelldon.proc.ties import become_subreaper
 from shelldon.worker.tools.gitconfig import config_findings, refusal, repository_config
 from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
 from shelldon.worker.tools.risky_env import ChildRun, fresh_home, risky_env

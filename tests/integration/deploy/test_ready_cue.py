@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shelldon.rules.arbiter import OWNER_COMMANDS
+from shelldon.rules.commands import OWNER_COMMANDS
 from shelldon.transport.poller import Poller
 from shelldon.transport.telegram import BotApi, RetryPolicy, Unauthorized
 from shelldon.transport.updates import UpdateRules

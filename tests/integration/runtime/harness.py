@@ -22,7 +22,6 @@ from typing import Any
 from actors.inproc import Driver
 from actors.messages import Boot, InboxChanged, Ping, Status
 from actors.system import RunningSystem, start_actor_system, stop_actor_system
-from actors.turn import use_zygote
 from shelldon.config import Settings, load_settings
 from shelldon.contracts import encode
 from shelldon.store import Store
@@ -141,7 +140,6 @@ class Service:
         from shelldon.worker.zygote import Zygote
 
         self.zygote: Any = Zygote.start(self.settings)
-        use_zygote(self.zygote)
         try:
             self.running: RunningSystem = start_actor_system()
         except BaseException:
@@ -167,7 +165,9 @@ class Service:
             # Only the driver's thread touches the actor system (and the actors' sqlite).
             self.driver.start_thread("test-actors")
             kind = "telegram" if telegram else "console"
-            boot = Boot(self.settings, kind, (self.in_r, self.out_w, self.done_w))
+            boot = Boot(
+                self.settings, kind, (self.in_r, self.out_w, self.done_w), zygote=self.zygote
+            )
 
             def start() -> Status:
                 self.supervisor = asys.createActor(SupervisorActor)
@@ -219,7 +219,7 @@ class Service:
 
     def inject(self, event: Any) -> None:
         """Hand an event to the inbox directly (as a transport would) and wake the arbiter."""
-        self.store.put_inbox(encode(event), time.time())
+        self.store.inbox.put(encode(event), time.time())
         self.tell(self.peers["arbiter"], InboxChanged())
 
     def tell(self, address: Any, message: Any) -> None:
@@ -277,5 +277,4 @@ class Service:
                 os.close(fd)
 
     def _stop_zygote(self) -> None:
-        use_zygote(None)
         self.zygote.stop()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shelldon.rules.arbiter import APPROVED, DENIED, EXPIRED, GONE, QUEUED_APPROVED
+from shelldon.rules.replies import APPROVED, DENIED, EXPIRED, GONE, QUEUED_APPROVED
 from tests.fakes.fake_telegram import Sent
 
 from .harness import Service, ThreadedFakeTelegram
@@ -108,7 +108,7 @@ def test_a_stale_second_tap_changes_nothing_and_the_card_keeps_its_outcome(
     tg.wait(lambda: GONE in texts(tg))
     assert card_now(tg, card).visible.rstrip().endswith(APPROVED)
     assert DENIED not in "".join(texts(tg))
-    assert [e.action for e in service.store.audit_log()].count("approved") == 1
+    assert [e.action for e in service.store.audit.log()].count("approved") == 1
     assert approve  # the tapped button was a real one of ours
 
 
@@ -125,16 +125,16 @@ def test_an_expired_card_says_nothing_ran_loses_its_buttons_and_the_owner_is_tol
     tg.wait(lambda: any(t.startswith("⌛ Your approval to run write_file") for t in texts(tg)))
     (notice,) = [t for t in texts(tg) if t.startswith("⌛ Your approval")]
     assert "nothing ran" in notice and "note.txt" in notice
-    assert service.store.pending() == []
+    assert service.store.parked.pending() == []
     assert not (service.settings.workspace / "note.txt").exists()
     assert ("expired", "approval") in [
-        (e.action, e.detail.get("kind")) for e in service.store.audit_log()
+        (e.action, e.detail.get("kind")) for e in service.store.audit.log()
     ]
 
 
 def wait_for_turn_start(service: Service, text: str) -> None:
     deadline = time.monotonic() + 15
-    while not any(m.content == text for m in service.store.recent_messages(OWNER)):
+    while not any(m.content == text for m in service.store.conversation.recent(OWNER)):
         assert time.monotonic() < deadline, f"the turn on {text!r} never started"
         time.sleep(0.02)
 
@@ -158,7 +158,7 @@ def test_a_tap_during_a_turn_is_queued_and_applied_when_the_turn_ends(service: S
     assert card_now(tg, card).visible.rstrip().endswith(APPROVED)
     assert not any("tap again" in t for t in shown)
     assert (service.settings.workspace / "note.txt").read_text() == "<b>hi</b>"
-    assert [e.action for e in service.store.audit_log()].count("approved") == 1
+    assert [e.action for e in service.store.audit.log()].count("approved") == 1
 
 
 def test_a_queued_tap_survives_a_restart_and_runs_once(tmp_path: Path) -> None:
@@ -183,7 +183,7 @@ def test_a_queued_tap_survives_a_restart_and_runs_once(tmp_path: Path) -> None:
         assert APPROVED in texts(tg)
         assert (svc.settings.workspace / "note.txt").read_text() == "<b>hi</b>"
         time.sleep(1.0)
-        assert [e.action for e in svc.store.audit_log()].count("approved") == 1
+        assert [e.action for e in svc.store.audit.log()].count("approved") == 1
     finally:
         svc.stop()
 
@@ -228,7 +228,7 @@ def test_an_old_cards_buttons_cannot_approve_the_next_call_its_turn_asks_for(
     tg.do(tg.fake.tap, OWNER, first, 0)  # the old card's Approve, again
     tg.wait(lambda: any(a["text"] and "out of date" in a["text"] for a in tg.fake.answers))
     time.sleep(1.0)
-    assert [p.kind for p in service.store.pending()] == ["approval"]  # evil.txt still waits
+    assert [p.kind for p in service.store.parked.pending()] == ["approval"]  # evil.txt still waits
     assert not (service.settings.workspace / "evil.txt").exists()
     tg.do(tg.fake.tap, OWNER, second, 1)  # the owner reads the new card and says no
     tg.wait(lambda: card_now(tg, second).visible.rstrip().endswith(DENIED))

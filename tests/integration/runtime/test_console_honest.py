@@ -36,7 +36,7 @@ def service(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Service]
 
 
 def said_to_the_model(service: Service) -> list[str]:
-    return [m.content for m in service.store.recent_messages(0) if m.role == "user"]
+    return [m.content for m in service.store.conversation.recent(0) if m.role == "user"]
 
 
 @pytest.mark.parametrize("line", ["what time is it?", "ok", ""])
@@ -49,7 +49,7 @@ def test_a_line_that_is_not_yes_or_no_is_asked_again_and_sent_nowhere(
     chunk = service.expect("[y/N]")
     assert "Please answer y or n" in chunk and "write_file" in chunk
     assert "Denied" not in chunk + service.quiet_for(0.5)
-    assert [p.kind for p in service.store.pending()] == ["approval"]  # still undecided
+    assert [p.kind for p in service.store.parked.pending()] == ["approval"]  # still undecided
     assert said_to_the_model(service) == ["save a note"]  # the line reached no model
     service.say("yes")
     service.expect("Approved")
@@ -82,7 +82,7 @@ def test_parked_approvals_are_shown_again_at_start_and_can_be_decided(tmp_path: 
         svc.expect("Approved")
         svc.expect("Note saved.")
         assert (svc.settings.workspace / "note.txt").read_text() == "hi"
-        assert svc.store.pending() == []
+        assert svc.store.parked.pending() == []
     finally:
         svc.stop()
 
@@ -102,7 +102,7 @@ def test_a_reopened_approval_can_be_denied_and_nothing_runs(tmp_path: Path) -> N
         svc.say("n")
         svc.expect("Denied")
         assert not (svc.settings.workspace / "note.txt").exists()
-        assert ("denied", "write_file") in [(e.action, e.subject) for e in svc.store.audit_log()]
+        assert ("denied", "write_file") in [(e.action, e.subject) for e in svc.store.audit.log()]
     finally:
         svc.stop()
 
@@ -113,7 +113,7 @@ def test_an_expired_approval_closes_its_prompt_and_says_nothing_ran(service: Ser
     service.expect("[y/N]")
     chunk = service.expect("without a tap, so nothing ran", timeout=15)
     assert "write_file" in chunk
-    assert service.store.pending() == []
+    assert service.store.parked.pending() == []
     # The prompt is gone: the next line is chat again, not an answer to a dead prompt.
     service.say("what time is it?")
     service.expect("It is clock o'clock.")

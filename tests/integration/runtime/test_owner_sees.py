@@ -106,18 +106,18 @@ def test_a_stored_fact_is_told_listed_and_forgotten(telegram) -> None:  # type: 
     (number,) = re.findall(r"#(\d+) the cat is \*Miso\* <3", listed)
     assert ask(tg, f"/forget {number}", "Forgotten") == f"Forgotten #{number}: the cat is *Miso* <3"
     assert "don't remember anything" in ask(tg, "/memory", "remember")
-    assert svc.store.facts() == []
-    (audited,) = [e for e in svc.store.audit_log() if e.action == "forgot"]
+    assert svc.store.conversation.facts() == []
+    (audited,) = [e for e in svc.store.audit.log() if e.action == "forgot"]
     assert audited.subject == f"fact #{number}" and "Miso" not in str(audited)
 
 
 def test_new_starts_a_fresh_conversation(telegram) -> None:  # type: ignore[no-untyped-def]
     svc, tg = telegram
     ask(tg, "hello there", "Hello!")
-    assert len(svc.store.recent_messages(OWNER)) == 2
+    assert len(svc.store.conversation.recent(OWNER)) == 2
     assert "(2 messages)" in ask(tg, "/new", "Fresh start")
-    assert svc.store.recent_messages(OWNER) == []
-    (audited,) = [e for e in svc.store.audit_log() if e.action == "new_conversation"]
+    assert svc.store.conversation.recent(OWNER) == []
+    (audited,) = [e for e in svc.store.audit.log() if e.action == "new_conversation"]
     assert audited.detail == {"messages": 2}
 
 
@@ -128,7 +128,7 @@ def test_scheduled_turns_are_listed_and_cancelled(telegram) -> None:  # type: ig
     (number,) = re.findall(r"#(\d+) .* \(in 59m\): water the plants", listed)
     assert ask(tg, f"/cancel {number}", "Cancelled").startswith(f"Cancelled #{number}")
     assert ask(tg, "/schedule", "scheduled") == "Nothing is scheduled."
-    assert svc.store.next_due() is None
+    assert svc.store.schedule.next_due() is None
 
 
 def test_usage_counts_the_model_calls_the_owner_caused(telegram) -> None:  # type: ignore[no-untyped-def]
@@ -150,7 +150,7 @@ def test_a_photo_gets_a_text_only_answer_instead_of_silence(telegram) -> None:  
     tg.wait(lambda: len(tg.fake.sent) > before)
     assert tg.fake.sent[before].visible.startswith("I can only read text for now")
     assert "voice note" in tg.fake.sent[before].visible
-    assert svc.store.recent_messages(OWNER) == []
+    assert svc.store.conversation.recent(OWNER) == []
 
 
 def test_memory_schedule_and_usage_at_the_console(tmp_path: Path) -> None:
@@ -172,6 +172,6 @@ def test_memory_schedule_and_usage_at_the_console(tmp_path: Path) -> None:
         svc.expect("Today: 2 calls")
         svc.say("/new")
         svc.expect("Fresh start")
-        assert svc.store.recent_messages(0) == []
+        assert svc.store.conversation.recent(0) == []
     finally:
         svc.stop()

@@ -73,7 +73,7 @@ def test_scheduled_turns_past_the_budget_are_refused_and_the_owner_told_once(
         chunk = svc.expect("pong", timeout=10) + svc.quiet_for(2.5)
         assert chunk.count("pong") == 1
         assert chunk.count("budget for turns I start myself is spent") == 1
-        refused = [e for e in svc.store.audit_log() if e.action == "schedule_refused"]
+        refused = [e for e in svc.store.audit.log() if e.action == "schedule_refused"]
         assert len(refused) == 2
     finally:
         svc.stop()

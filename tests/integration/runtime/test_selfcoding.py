@@ -78,16 +78,16 @@ def test_a_passing_tool_is_promoted_on_approve_and_used_next_turn(tmp_path: Path
         svc.expect("Proposed.")
         chunk = svc.expect("[y/N]", timeout=30)
         assert "echo_len" in chunk and "passed" in chunk
-        assert svc.store.pending()[0].kind == "promotion"
+        assert svc.store.parked.pending()[0].kind == "promotion"
         svc.say("y")
         svc.expect("Added echo_len")
         assert (svc.settings.live_tools / "echo_len.py").exists()
         svc.say("use it")
         svc.expect("Used it.")
         assert marker.read_text() == "hello"
-        actions = [(e.action, e.subject) for e in svc.store.audit_log()]
+        actions = [(e.action, e.subject) for e in svc.store.audit.log()]
         assert ("passed", "echo_len") in actions and ("promoted", "echo_len") in actions
-        promoted = next(e for e in svc.store.audit_log() if e.action == "promoted")
+        promoted = next(e for e in svc.store.audit.log() if e.action == "promoted")
         assert len(promoted.code_hash) == 64
     finally:
         svc.stop()
@@ -114,14 +114,14 @@ def test_a_failing_gate_tells_the_owner_and_discards(tmp_path: Path) -> None:
         assert "echo_len" in chunk
         svc.expect("Try to fix?")
         # Only the offer to fix it waits: nothing is staged, nothing goes live.
-        assert [p.kind for p in svc.store.pending()] == ["repair"]
+        assert [p.kind for p in svc.store.parked.pending()] == ["repair"]
         assert not list((svc.settings.toolbox / "staging").iterdir())
         svc.say("n")
         svc.expect("Dropped echo_len")
-        assert svc.store.pending() == []
+        assert svc.store.parked.pending() == []
         assert not (svc.settings.live_tools / "echo_len.py").exists()
         # The model learns why on its next turn: the note is in the conversation.
-        assert any("failed its gate" in m.content for m in svc.store.recent_messages(0))
+        assert any("failed its gate" in m.content for m in svc.store.conversation.recent(0))
     finally:
         svc.stop()
 
@@ -147,7 +147,7 @@ def test_a_tool_that_keeps_failing_is_quarantined_and_restored(tmp_path: Path) -
         svc.say("/restore echo_len")
         svc.expect("live again")
         assert (svc.settings.live_tools / "echo_len.py").exists()
-        assert svc.store.tool_health() == []
+        assert svc.store.tools.health() == []
     finally:
         svc.stop()
 
@@ -203,7 +203,7 @@ def test_a_tool_that_hangs_until_the_worker_is_killed_still_earns_strikes(tmp_pa
             svc.expect("My tool nap was running and didn't finish.", timeout=10)
         svc.expect("quarantine", timeout=10)
         assert (svc.settings.toolbox / "quarantine" / "nap.py").exists()
-        health = svc.store.tool_health()
+        health = svc.store.tools.health()
         assert health == [] or health[0].strikes >= 3
     finally:
         svc.stop()
@@ -254,15 +254,15 @@ def test_a_free_tool_cannot_plant_a_live_tool(tmp_path: Path, layer: str) -> Non
         assert (live / "manifest.json").read_bytes() == manifest
         # The kernel refused both writes: the tool failed twice (strikes land asynchronously).
         until = time.monotonic() + 10
-        while [h.strikes for h in svc.store.tool_health()] != [2] and time.monotonic() < until:
+        while [h.strikes for h in svc.store.tools.health()] != [2] and time.monotonic() < until:
             time.sleep(0.05)
-        (health,) = svc.store.tool_health()
+        (health,) = svc.store.tools.health()
         assert health.strikes == 2
         assert "Permission denied" in health.last_error or "Read-only" in health.last_error
         svc.say("next")
         svc.expect("Next turn.")
         assert "the owner never saw this" not in svc.output
-        subjects = {e.subject for e in svc.store.audit_log() if e.action == "promoted"}
+        subjects = {e.subject for e in svc.store.audit.log() if e.action == "promoted"}
         assert subjects == {"echo_len"}
     finally:
         svc.stop()
@@ -351,8 +351,8 @@ def test_a_denied_proposals_gate_test_cannot_change_an_approved_tool(
         svc.say("use it")
         svc.expect("Used it.")
         assert marker.read_text() == "hello"
-        (approved,) = svc.store.approved_tools()
-        promoted = next(e for e in svc.store.audit_log() if e.action == "promoted")
+        (approved,) = svc.store.tools.approved()
+        promoted = next(e for e in svc.store.audit.log() if e.action == "promoted")
         assert approved.code_hash == promoted.code_hash == code_hash(ECHO_CODE)
     finally:
         svc.stop()
@@ -368,7 +368,7 @@ def test_without_a_filesystem_layer_the_owner_is_told_and_nothing_is_gated(
         chunk = svc.expect("Proposed.", timeout=30)
         chunk += svc.expect("self-coded tools are off", timeout=10)
         assert "[y/N]" not in chunk
-        assert svc.store.pending() == []
+        assert svc.store.parked.pending() == []
         svc.say("/tools")
         assert "mode = off" in svc.expect("Self-coded, live")
     finally:

@@ -126,9 +126,9 @@ def test_a_crashed_turn_actor_is_restarted_and_the_turn_in_flight_gets_an_apolog
 def test_a_crashed_arbiter_loses_nothing_parked(service: Service) -> None:
     service.say("save a note")
     service.expect("[y/N]")
-    (parked,) = service.store.pending()
+    (parked,) = service.store.parked.pending()
     crash_and_wait(service, "arbiter")
-    assert service.store.has_approval(parked.turn_id)
+    assert service.store.parked.has_approval(parked.turn_id)
     service.inject(Decision(0, 0, parked.turn_id, True))
     service.expect("Approved")
     service.expect("Saved.")
@@ -154,7 +154,7 @@ def test_the_supervisor_itself_does_not_crash_on_a_handler_error(service: Servic
 
 
 def test_an_actor_that_gets_junk_keeps_serving(service: Service) -> None:
-    for role in ("arbiter", "turn", "broker", "approvals", "transport"):
+    for role in ("arbiter", "turn", "broker", "transport"):
         service.tell(service.peers[role], {"not": "a contract"})
         service.tell(service.peers[role], Result("t-x", "stray"))
     service.say("what time is it")

@@ -96,7 +96,7 @@ def test_full_approval_round_trip(service: Service) -> None:
     tg.wait(lambda: len(tg.fake.answers) >= 2)
     time.sleep(0.5)
     assert "Note saved." not in texts(tg, OWNER)[sent_before:]
-    assert [e.action for e in service.store.audit_log()].count("approved") == 1
+    assert [e.action for e in service.store.audit.log()].count("approved") == 1
 
 
 def test_a_stranger_reaches_nothing(service: Service) -> None:
@@ -108,8 +108,8 @@ def test_a_stranger_reaches_nothing(service: Service) -> None:
     tg.wait(lambda: tg.fake.answers)
     time.sleep(1.0)
     assert texts(tg, STRANGER) == []
-    assert service.store.recent_messages(STRANGER) == []
-    assert service.store.inbox() == []
+    assert service.store.conversation.recent(STRANGER) == []
+    assert service.store.inbox.waiting() == []
 
 
 def test_hostile_html_and_long_replies_arrive_intact(service: Service) -> None:

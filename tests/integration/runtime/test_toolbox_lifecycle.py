@@ -88,7 +88,7 @@ def said(tg: ThreadedFakeTelegram, needle: str, timeout: float = 30) -> str:
 
 
 def actions(svc: Service, action: str) -> list[Any]:
-    return [e for e in svc.store.audit_log(500) if e.action == action]
+    return [e for e in svc.store.audit.log(500) if e.action == action]
 
 
 @pytest.fixture
@@ -136,7 +136,7 @@ def test_a_failed_gate_offers_a_fix_and_the_second_try_goes_live(start: Any) -> 
     assert "v1 length 4" in failed.visible  # pytest's own words: what went wrong
     assert "counts against today's budget" in failed.visible
     assert not (svc.settings.live_tools / "echo_len.py").exists()
-    assert [p.kind for p in svc.store.pending()] == ["repair"]
+    assert [p.kind for p in svc.store.parked.pending()] == ["repair"]
 
     tg.do(tg.fake.tap, OWNER, failed, 0)
     promotion = card(tg, "Add it?")
@@ -144,7 +144,7 @@ def test_a_failed_gate_offers_a_fix_and_the_second_try_goes_live(start: Any) -> 
     decided = tg.fake.message(OWNER, failed.message_id)
     assert "Trying to fix echo_len" in decided.visible and not decided.buttons()
     # One turn of today's budget, like a scheduled turn.
-    assert svc.store.budget_spent(budget_day(time.time())) == 1
+    assert svc.store.schedule.budget_spent(budget_day(time.time())) == 1
     tg.do(tg.fake.queue_message, OWNER, "/budget")
     said(tg, "Turns I started myself today: 1 of")
 
@@ -154,10 +154,10 @@ def test_a_failed_gate_offers_a_fix_and_the_second_try_goes_live(start: Any) -> 
     assert code_hash(live) == code_hash(V1.encode())
     started = actions(svc, "repair_started")
     assert len(started) == 1 and started[0].detail["round"] == 1
-    gates = [(e.action, e.detail["round"]) for e in svc.store.audit_log(500) if e.actor == "gate"]
+    gates = [(e.action, e.detail["round"]) for e in svc.store.audit.log(500) if e.actor == "gate"]
     assert gates == [("failed", 0), ("passed", 1)]
     # The conversation keeps the owner's tap, not the gate's (model-made) text as their words.
-    user_lines = [m.content for m in svc.store.recent_messages(OWNER) if m.role == "user"]
+    user_lines = [m.content for m in svc.store.conversation.recent(OWNER) if m.role == "user"]
     assert any("Try to fix" in line for line in user_lines)
     assert not any("gate_report" in line for line in user_lines)
 
@@ -181,7 +181,7 @@ def test_repair_stops_after_two_rounds(start: Any) -> None:
     assert "threw it away" in final
     time.sleep(0.5)
     assert not any(m.buttons() for m in tg.fake.sent)  # no third "Try to fix"
-    assert svc.store.pending() == []
+    assert svc.store.parked.pending() == []
     assert len(actions(svc, "repair_started")) == 2
     assert not (svc.settings.live_tools / "echo_len.py").exists()
 
@@ -203,7 +203,7 @@ def test_only_the_owners_one_tap_starts_a_repair(start: Any) -> None:
     said(tg, "🔧 Try to fix echo_len (repair round 1)")
     time.sleep(0.5)
     assert actions(svc, "repair_started") == []
-    assert [p.kind for p in svc.store.pending()] == ["repair"]
+    assert [p.kind for p in svc.store.parked.pending()] == ["repair"]
 
     # The owner taps twice (a double tap, or an old button): one repair turn, one budget turn.
     tg.do(tg.fake.tap, OWNER, offer, 0)
@@ -211,13 +211,13 @@ def test_only_the_owners_one_tap_starts_a_repair(start: Any) -> None:
     said(tg, "I give up.")
     time.sleep(1.0)
     assert len(actions(svc, "repair_started")) == 1
-    assert svc.store.budget_spent(budget_day(time.time())) == 1
+    assert svc.store.schedule.budget_spent(budget_day(time.time())) == 1
 
 
 def test_a_fix_waits_when_the_days_budget_is_spent_and_drop_drops(start: Any) -> None:
     script = [propose("make", V1, BROKEN_TEST), {"when": "make", "text": "Proposed."}]
     svc, tg = start(script, SHELLDON_LIMITS_DAILY_TURN_BUDGET="1")
-    assert svc.store.spend_budget(budget_day(time.time()), 1, 1)
+    assert svc.store.schedule.spend_budget(budget_day(time.time()), 1, 1)
     tg.do(tg.fake.queue_message, OWNER, "make a tool")
     offer = card(tg, "failed its gate")
     tg.do(tg.fake.tap, OWNER, offer, 0)
@@ -226,7 +226,7 @@ def test_a_fix_waits_when_the_days_budget_is_spent_and_drop_drops(start: Any) ->
     assert tg.fake.message(OWNER, offer.message_id).buttons()  # it can still be dropped
     tg.do(tg.fake.tap, OWNER, tg.fake.message(OWNER, offer.message_id), 1)
     said(tg, "Dropped echo_len")
-    assert svc.store.pending() == []
+    assert svc.store.parked.pending() == []
     assert [e.subject for e in actions(svc, "repair_dropped")] == ["echo_len"]
 
 
@@ -247,7 +247,7 @@ def test_a_replacement_shows_its_diff_and_goes_live_only_on_approve(start: Any) 
     ]
     svc, tg = start(script)
     promote_v1(svc, tg)
-    v1_hash = svc.store.approved_tool("echo_len").code_hash  # type: ignore[union-attr]
+    v1_hash = svc.store.tools.approval("echo_len").code_hash  # type: ignore[union-attr]
 
     tg.do(tg.fake.queue_message, OWNER, "improve echo_len")
     ask = card(tg, "Replace it?")
@@ -256,7 +256,7 @@ def test_a_replacement_shows_its_diff_and_goes_live_only_on_approve(start: Any) 
     assert '+    return f"v2 has {len(text)} characters"' in ask.visible
     assert '+    assert run("abc") == "v2 has 3 characters"' in ask.visible
     # Gated, parked, shown: and the live tool is still the one the owner approved.
-    assert svc.store.approved_tool("echo_len").code_hash == v1_hash  # type: ignore[union-attr]
+    assert svc.store.tools.approval("echo_len").code_hash == v1_hash  # type: ignore[union-attr]
     tg.do(tg.fake.queue_message, OWNER, "use one")
     said(tg, "Tool said: v1 length 5")
 
@@ -293,7 +293,7 @@ def test_a_replacement_of_a_tool_that_changed_since_the_card_is_refused(start: A
     said(tg, "Retired echo_len")
     tg.do(tg.fake.tap, OWNER, ask, 0)
     said(tg, "changed since you were shown")
-    assert svc.store.approved_tool("echo_len") is None
+    assert svc.store.tools.approval("echo_len") is None
     assert not (svc.settings.live_tools / "echo_len.py").exists()
     # A "replacement" under another tool's name is refused before any gate.
     tg.do(tg.fake.queue_message, OWNER, "sneak")
@@ -364,6 +364,6 @@ def test_at_the_console_a_failed_gate_asks_try_to_fix_and_retire_works(tmp_path:
         svc.expect("Discarded echo_len")
         svc.say("/retire echo_len")
         svc.expect("Retired echo_len")
-        assert svc.store.approved_tool("echo_len") is None
+        assert svc.store.tools.approval("echo_len") is None
     finally:
         svc.stop()

@@ -56,7 +56,7 @@ def test_a_conversation_far_over_the_request_cap_still_gets_turns(service: Servi
     # uses travels to the worker, so the request stays small enough to hand over.
     for i in range(40):
         role = "user" if i % 2 == 0 else "assistant"
-        service.store.append_message(0, role, "\U0001f422" * 40_000, time.time())
+        service.store.conversation.append(0, role, "\U0001f422" * 40_000, time.time())
     service.say("what time is it?")
     service.expect("It is clock o'clock.")
 
@@ -66,14 +66,14 @@ def test_risky_call_parks_and_resumes_on_approve(service: Service) -> None:
     service.expect("approve?")
     service.expect("[y/N]")
     assert not (service.settings.workspace / "note.txt").exists()
-    assert [p.kind for p in service.store.pending()] == ["approval"]
+    assert [p.kind for p in service.store.parked.pending()] == ["approval"]
     service.say("y")
     service.expect("Approved")
     service.expect("Note saved.")
     assert (service.settings.workspace / "note.txt").read_text() == "hi"
-    audit = [(e.action, e.subject) for e in service.store.audit_log()]
+    audit = [(e.action, e.subject) for e in service.store.audit.log()]
     assert ("requested", "write_file") in audit and ("approved", "write_file") in audit
-    assert service.store.pending() == []
+    assert service.store.parked.pending() == []
 
 
 def test_risky_call_denied_never_runs(service: Service) -> None:
@@ -83,7 +83,7 @@ def test_risky_call_denied_never_runs(service: Service) -> None:
     service.expect("Denied")
     service.expect("Note saved.")  # the scripted model answers anyway; the tool never ran
     assert not (service.settings.workspace / "note.txt").exists()
-    assert ("denied", "write_file") in [(e.action, e.subject) for e in service.store.audit_log()]
+    assert ("denied", "write_file") in [(e.action, e.subject) for e in service.store.audit.log()]
 
 
 def test_unknown_or_expired_decision_never_executes(service: Service) -> None:
@@ -91,9 +91,9 @@ def test_unknown_or_expired_decision_never_executes(service: Service) -> None:
     service.expect("expired")
     service.say("save a note")
     service.expect("[y/N]")
-    (parked,) = service.store.pending()
+    (parked,) = service.store.parked.pending()
     # Expire it behind the arbiter's back, then tap.
-    service.store.expire_pending(time.time() + 10_000)
+    service.store.parked.expire_pending(time.time() + 10_000)
     service.inject(Decision(0, 0, parked.turn_id, True))
     service.expect("expired")
     assert not (service.settings.workspace / "note.txt").exists()
@@ -102,7 +102,7 @@ def test_unknown_or_expired_decision_never_executes(service: Service) -> None:
 def test_malformed_decision_is_a_deny(service: Service) -> None:
     service.say("save a note")
     service.expect("[y/N]")
-    (parked,) = service.store.pending()
+    (parked,) = service.store.parked.pending()
     service.inject(Decision(0, 0, parked.turn_id, None))
     service.expect("Denied")
     assert not (service.settings.workspace / "note.txt").exists()
@@ -111,25 +111,25 @@ def test_malformed_decision_is_a_deny(service: Service) -> None:
 def test_decision_from_a_stranger_is_dropped(service: Service) -> None:
     service.say("save a note")
     service.expect("[y/N]")
-    (parked,) = service.store.pending()
+    (parked,) = service.store.parked.pending()
     service.inject(Decision(0, 666, parked.turn_id, True))
     assert "Approved" not in service.quiet_for(1.0)
-    assert service.store.has_approval(parked.turn_id)
+    assert service.store.parked.has_approval(parked.turn_id)
 
 
 def test_a_message_from_a_stranger_in_the_inbox_starts_no_turn(service: Service) -> None:
     # The transport gates strangers first; the arbiter gates what reaches the inbox anyway.
     service.inject(_chat("what time is it?", user_id=666))
     assert "clock" not in service.quiet_for(1.0)
-    assert service.store.recent_messages(0) == []
-    assert service.store.inbox() == []  # taken and dropped, not left to come back
+    assert service.store.conversation.recent(0) == []
+    assert service.store.inbox.waiting() == []  # taken and dropped, not left to come back
 
 
 @pytest.mark.script(FREE_TURN + RISKY + SLOW_THEN_FAST, SHELLDON_LIMITS_EVAL_TIMEOUT_S="5")
 def test_tap_while_a_worker_is_in_flight_is_queued_and_applied_after(service: Service) -> None:
     service.say("save a note")
     service.expect("[y/N]")
-    (parked,) = service.store.pending()
+    (parked,) = service.store.parked.pending()
     service.inject(_chat("slow please"))
     time.sleep(0.1)  # the slow turn's worker is running now
     service.inject(Decision(0, 0, parked.turn_id, True))
@@ -183,12 +183,12 @@ def test_a_restart_finds_every_parked_approval(tmp_path: Path) -> None:
     try:
         svc.say("save a note")
         svc.expect("[y/N]")
-        (parked,) = svc.store.pending()
+        (parked,) = svc.store.parked.pending()
     finally:
         svc.stop()
     svc = Service(home, RISKY[1:])  # the resumed turn needs only the model's final answer
     try:
-        assert [p.turn_id for p in svc.store.pending()] == [parked.turn_id]
+        assert [p.turn_id for p in svc.store.parked.pending()] == [parked.turn_id]
         svc.inject(Decision(0, 0, parked.turn_id, True))
         svc.expect("Approved")
         svc.expect("Note saved.")

@@ -25,7 +25,7 @@ from shelldon.contracts import Completion, Job, Result, Role, ToolCall, Usage
 from shelldon.store import Store
 from shelldon.toolbox.manifest import code_hash
 from shelldon.toolbox.toolbox import Toolbox
-from shelldon.worker.spawn import WorkerHandle
+from shelldon.worker.handle import WorkerHandle
 from tests.pids import running
 
 ATTACKS = """\
@@ -221,7 +221,7 @@ def plant_secrets(settings: Settings, user_home: Path) -> None:
     settings.vault.mkdir(parents=True, exist_ok=True)
     (settings.vault / "x").write_text("the-vault-secret\n")
     with Store(settings.database) as store:  # a real one: the toolbox keeps approvals there
-        store.remember("the-database-secret", 0.0)
+        store.conversation.remember("the-database-secret", 0.0)
     key = user_home / USER_HOME_KEY
     key.parent.mkdir(parents=True, exist_ok=True)
     key.write_text("-----BEGIN OPENSSH PRIVATE KEY----- fake\n")

@@ -18,7 +18,8 @@ from shelldon.contracts import (
     ToolCall,
     ToolDefinition,
 )
-from shelldon.worker.spawn import EXIT_OK, spawn_resume
+from shelldon.worker.handle import EXIT_OK
+from shelldon.worker.spawn import spawn_resume
 from shelldon.worker.tools import Registry, ToolSpec, build_registry
 
 from .conftest import confined

@@ -23,7 +23,8 @@ from shelldon.contracts import Job, ToolCall, TurnRequest
 from shelldon.proc import sandbox
 from shelldon.store import Store
 from shelldon.toolbox.toolbox import Toolbox
-from shelldon.worker.spawn import EXIT_OK, spawn_turn
+from shelldon.worker.handle import EXIT_OK
+from shelldon.worker.spawn import spawn_turn
 
 from .conftest import confined
 from .probe import (

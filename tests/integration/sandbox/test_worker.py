@@ -19,7 +19,8 @@ import pytest
 from shelldon.config import Settings, load_settings
 from shelldon.contracts import ToolCall, TurnRequest
 from shelldon.proc import sandbox
-from shelldon.worker.spawn import EXIT_OK, spawn_turn
+from shelldon.worker.handle import EXIT_OK
+from shelldon.worker.spawn import spawn_turn
 from tests.unit.worker.brain import reachable
 
 from .conftest import confined
@@ -218,18 +219,17 @@ def test_no_ruleset_is_prebuilt_for_a_workspace_that_does_not_exist_yet(tmp_path
     # A rule can only name an existing path: a ruleset prepared before the workspace existed
     # (a zygote started on a fresh home) would lock every later worker out of it.
     settings = confined(load_settings(environ={"SHELLDON_HOME": str(tmp_path / "h")}), "landlock")
-    sandbox.forget_prebuilt()
+    rulesets = sandbox.Rulesets()
     assert not settings.workspace.exists()
 
-    before = sandbox.prepare_worker(settings)
-    assert before.ruleset_fd is None and sandbox.prebuilt_ruleset_fds() == ()
+    before = sandbox.prepare_worker(settings, rulesets)
+    assert before.ruleset_fd is None and rulesets.fds() == ()
 
     settings.workspace.mkdir(parents=True)
-    after = sandbox.prepare_worker(settings)
-    (fd,) = sandbox.prebuilt_ruleset_fds()
+    after = sandbox.prepare_worker(settings, rulesets)
+    (fd,) = rulesets.fds()
     assert after.ruleset_fd == fd and after.keep_fds() == (fd,)
     os.close(fd)
-    sandbox.forget_prebuilt()
     for confinement in (before, after):
         if confinement.cgroup is not None:
             confinement.cgroup.close()

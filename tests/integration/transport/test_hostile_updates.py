@@ -73,7 +73,7 @@ def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """The ledger the transport tests use, and the service's own store."""
     if request.param == "history-store":
         with Store(tmp_path / "shelldon.db") as history:
-            yield history
+            yield history.inbox
         return
     test_ledger = SqliteLedger(tmp_path / "ledger.db")
     yield test_ledger

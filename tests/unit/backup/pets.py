@@ -46,14 +46,14 @@ def make_pet(home: Path) -> Settings:
         promote(sc, "adder", ADDER, ADDER_TEST)
         promote(sc, "flaky", FLAKY, FLAKY_TEST)
         for _ in range(3):
-            store.strike("flaky", "RuntimeError: boom", NOW)
+            store.tools.strike("flaky", "RuntimeError: boom", NOW)
         sc.quarantine("flaky", "failed 3 times: RuntimeError: boom")
-        store.append_message(7, "user", "what is my cat called?", NOW)
-        store.append_message(7, "assistant", "Miso.", NOW + 1)
-        store.remember("the cat is called Miso", NOW)
-        store.schedule(7, NOW + 86400, "remind me to feed Miso", NOW)
-        store.audit("owner", "approved", "write_file", {"args": {"path": "notes.md"}}, NOW)
-        store.park_approval("turn-1", 7, b"parked", "write_file notes.md", time.time(), 3600)
+        store.conversation.append(7, "user", "what is my cat called?", NOW)
+        store.conversation.append(7, "assistant", "Miso.", NOW + 1)
+        store.conversation.remember("the cat is called Miso", NOW)
+        store.schedule.add(7, NOW + 86400, "remind me to feed Miso", NOW)
+        store.audit.record("owner", "approved", "write_file", {"args": {"path": "notes.md"}}, NOW)
+        store.parked.park_approval("turn-1", 7, b"parked", "write_file notes.md", time.time(), 3600)
     return settings
 
 

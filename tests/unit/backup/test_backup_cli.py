@@ -65,19 +65,19 @@ def test_a_round_trip_to_a_fresh_home_keeps_history_facts_schedule_audit_and_too
     assert f"put them in {fresh.vault}/" in out
 
     with Store(fresh.database) as store:
-        assert [(m.role, m.content) for m in store.recent_messages(7)] == [
+        assert [(m.role, m.content) for m in store.conversation.recent(7)] == [
             ("user", "what is my cat called?"),
             ("assistant", "Miso."),
         ]
-        assert store.facts() == ["the cat is called Miso"]
-        assert [s.prompt for s in store.due(NOW + 2 * 86400)] == ["remind me to feed Miso"]
-        actions = [(e.actor, e.action, e.subject) for e in store.audit_log()]
+        assert store.conversation.facts() == ["the cat is called Miso"]
+        assert [s.prompt for s in store.schedule.due(NOW + 2 * 86400)] == ["remind me to feed Miso"]
+        actions = [(e.actor, e.action, e.subject) for e in store.audit.log()]
         assert ("owner", "approved", "write_file") in actions  # the old device's audit
         assert ("gate", "passed", "adder") in actions  # gated again here
         assert actions[-1] == ("owner", "restored", "pet.tar.gz")
-        assert {h.name: h.strikes for h in store.tool_health()} == {"flaky": 3}
-        assert store.pending() == []
-        assert {t.name: (t.state, t.code_hash) for t in store.approved_tools()} == {
+        assert {h.name: h.strikes for h in store.tools.health()} == {"flaky": 3}
+        assert store.parked.pending() == []
+        assert {t.name: (t.state, t.code_hash) for t in store.tools.approved()} == {
             "adder": ("live", code_hash(ADDER)),
             "flaky": ("quarantined", code_hash(FLAKY)),
         }
@@ -125,8 +125,8 @@ WRITER = textwrap.dedent(
     with Store(sys.argv[1]) as store:
         print("open", flush=True)
         for i in range(int(sys.argv[2])):
-            store.append_message(9, "user", f"message {i}", time.time())
-            store.audit("test", "wrote", str(i), {}, time.time())
+            store.conversation.append(9, "user", f"message {i}", time.time())
+            store.audit.record("test", "wrote", str(i), {}, time.time())
     print("done", flush=True)
     """
 )
@@ -152,15 +152,15 @@ def test_a_backup_is_consistent_while_another_process_keeps_writing(tmp_path: Pa
         assert writer.wait(timeout=120) == 0
     assert writer.stdout.read() == "done\n"
     with Store(pet.database) as store:
-        assert len(store.recent_messages(9, limit=writes + 1)) == writes
+        assert len(store.conversation.recent(9, limit=writes + 1)) == writes
     seen = []
     for n, backup in enumerate(backups):
         home = tmp_path / f"restored-{n}"
         restored = shelldon(home, "restore", str(backup), "--yes")
         assert restored.returncode == 0, restored.stdout + restored.stderr
         with Store(home / "shelldon.db") as store:
-            messages = len(store.recent_messages(9, limit=writes + 1))
-            wrote = sum(1 for e in store.audit_log(limit=10 * writes) if e.action == "wrote")
+            messages = len(store.conversation.recent(9, limit=writes + 1))
+            wrote = sum(1 for e in store.audit.log(limit=10 * writes) if e.action == "wrote")
         # One snapshot: every message goes with its audit line (they commit one by one).
         assert messages in (wrote, wrote + 1)
         seen.append(messages)
@@ -175,7 +175,7 @@ def test_restore_over_a_pet_is_refused_without_force_and_keeps_the_old_one_with_
     assert shelldon(pet.home, "backup", str(backup)).returncode == 0
     other = make_pet(tmp_path / "other")
     with Store(other.database) as store:
-        store.remember("the other pet's own fact", NOW)
+        store.conversation.remember("the other pet's own fact", NOW)
     before = snapshot(other.home)
 
     refused = shelldon(other.home, "restore", str(backup), "--yes")
@@ -189,9 +189,9 @@ def test_restore_over_a_pet_is_refused_without_force_and_keeps_the_old_one_with_
     aside = [p for p in other.home.iterdir() if p.name.startswith("replaced-")]
     assert len(aside) == 1 and f"the pet that was here is in {aside[0]}" in forced.stdout
     with Store(aside[0] / "shelldon.db") as store:
-        assert "the other pet's own fact" in store.facts()
+        assert "the other pet's own fact" in store.conversation.facts()
     with Store(other.database) as store:
-        assert "the other pet's own fact" not in store.facts()
+        assert "the other pet's own fact" not in store.conversation.facts()
     # The vault and the config that were here stay as they were.
     assert (other.vault / "telegram_token").read_text() == SECRET + "\n"
     assert "config.restored.toml" in forced.stdout
@@ -294,8 +294,8 @@ def test_an_old_schema_is_migrated_by_the_normal_store_open(tmp_path: Path) -> N
     assert f"(schema v1, migrated to v{SCHEMA_VERSION})" in restored.stdout
     with Store(home / "shelldon.db") as store:
         assert store.schema_version == SCHEMA_VERSION
-        assert store.facts() == ["remembered in v1"]
-        assert [t.name for t in store.approved_tools()] == ["adder", "flaky"]
+        assert store.conversation.facts() == ["remembered in v1"]
+        assert [t.name for t in store.tools.approved()] == ["adder", "flaky"]
 
 
 def test_backup_refuses_a_file_inside_the_home_or_one_that_exists(tmp_path: Path) -> None:

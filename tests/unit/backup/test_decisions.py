@@ -73,7 +73,7 @@ def test_a_fresh_home_holds_no_pet(settings: Settings) -> None:
 
 def test_a_home_with_a_life_holds_a_pet(settings: Settings) -> None:
     with Store(settings.database) as store:
-        store.remember("a fact", 1.0)
+        store.conversation.remember("a fact", 1.0)
     assert pet_in_home(settings) == ("shelldon.db (1 rows)",)
     (settings.workspace / "notes.md").write_text("x")
     assert pet_in_home(settings)[1] == "workspace/ (1 entries)"
@@ -161,7 +161,7 @@ def test_a_file_that_is_no_database_is_refused(tmp_path: Path) -> None:
 
 def test_the_online_backup_is_one_self_contained_private_file(tmp_path: Path) -> None:
     with Store(tmp_path / "live.db") as store:
-        store.remember("kept", 1.0)
+        store.conversation.remember("kept", 1.0)
         store.backup_to(tmp_path / "copy.db")
     copy = tmp_path / "copy.db"
     assert oct(copy.stat().st_mode & 0o777) == "0o600"
@@ -173,23 +173,23 @@ def test_the_online_backup_is_one_self_contained_private_file(tmp_path: Path) ->
 
 
 def test_a_restored_database_keeps_its_life_but_not_its_trust(store: Store) -> None:
-    store.approve_tool("adder", "hash", 1.0)
-    store.park_approval("t1", 7, b"blob", "write_file", 1.0, 3600)
-    store.park_promotion("t2", 7, "doubler", "h", "tool doubler", 1.0, 3600, code=b"x")
-    store.put_inbox(b"answered", 1.0, update_id=1)
-    store.put_inbox(b"unanswered", 1.0, update_id=2)
-    store.take_inbox(store.inbox()[0].id, 1.0, "turn-a")
-    store.finish_inbox("turn-a", 2.0)
-    store.remember("a fact", 1.0)
-    store.schedule(7, 100.0, "later", 1.0)
-    gone = store.distrust_for_restore(5.0)
+    store.tools.approve("adder", "hash", 1.0)
+    store.parked.park_approval("t1", 7, b"blob", "write_file", 1.0, 3600)
+    store.parked.park_promotion("t2", 7, "doubler", "h", "tool doubler", 1.0, 3600, code=b"x")
+    store.inbox.put(b"answered", 1.0, update_id=1)
+    store.inbox.put(b"unanswered", 1.0, update_id=2)
+    store.inbox.take(store.inbox.waiting()[0].id, 1.0, "turn-a")
+    store.inbox.finish("turn-a", 2.0)
+    store.conversation.remember("a fact", 1.0)
+    store.schedule.add(7, 100.0, "later", 1.0)
+    gone = store.audit.distrust_for_restore(5.0)
     assert (gone.approved_tools, gone.approvals, gone.promotions, gone.inbox) == (1, 1, 1, 1)
-    assert store.approved_tools() == []
-    assert store.pending() == []
-    assert store.inbox() == [] and store.unanswered_inbox() == []
-    assert store.facts() == ["a fact"]
-    assert [s.prompt for s in store.due(200.0)] == ["later"]
-    assert store.is_processed(2)  # the update is not fetched and answered again
+    assert store.tools.approved() == []
+    assert store.parked.pending() == []
+    assert store.inbox.waiting() == [] and store.inbox.unanswered() == []
+    assert store.conversation.facts() == ["a fact"]
+    assert [s.prompt for s in store.schedule.due(200.0)] == ["later"]
+    assert store.inbox.is_processed(2)  # the update is not fetched and answered again
 
 
 def test_quarantined_tools_travel_in_a_backups_toolbox(sc: Toolbox, tmp_path: Path) -> None:
@@ -314,8 +314,8 @@ def test_a_database_held_open_anywhere_is_in_use_even_when_proc_cannot_tell(
 def test_after_a_restore_no_promotion_in_the_audit_log_vouches_for_a_workspace_file(
     store: Store,
 ) -> None:
-    store.audit("owner", "promoted", "adder", {}, 1.0, code_hash="h1")
-    assert store.promoted_hashes() == {"adder": "h1"}
-    store.audit("owner", "restored", "pet.tar.gz", {}, 2.0)
-    store.audit("owner", "promoted", "doubler", {}, 3.0, code_hash="h2")
-    assert store.promoted_hashes() == {}
+    store.audit.record("owner", "promoted", "adder", {}, 1.0, code_hash="h1")
+    assert store.tools.promoted_hashes() == {"adder": "h1"}
+    store.audit.record("owner", "restored", "pet.tar.gz", {}, 2.0)
+    store.audit.record("owner", "promoted", "doubler", {}, 3.0, code_hash="h2")
+    assert store.tools.promoted_hashes() == {}

@@ -271,7 +271,7 @@ def test_tool_approvals_in_the_backups_database_make_nothing_live(
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 of 2 tool(s)" in result.stdout
     with Store(home / "shelldon.db") as store:
-        assert store.approved_tools() == []
+        assert store.tools.approved() == []
     assert shelldon(home, "tools", "list").stdout == "No self-coded tools yet.\n"
     assert sorted(p.name for p in (home / "toolbox" / "live").iterdir()) == ["manifest.json"]
     kept = home / "toolbox-not-restored.tar.gz"
@@ -299,8 +299,8 @@ def test_a_tool_that_fails_its_gate_is_not_restored_and_the_rest_is(
     assert "FAILED doubler: gate failed" in result.stdout
     assert "not restored: doubler" in result.stdout
     with Store(home / "shelldon.db") as store:
-        assert {t.name: t.code_hash for t in store.approved_tools()} == {"adder": code_hash(ADDER)}
-        assert store.facts() == ["the cat is called Miso"]
+        assert {t.name: t.code_hash for t in store.tools.approved()} == {"adder": code_hash(ADDER)}
+        assert store.conversation.facts() == ["the cat is called Miso"]
 
 
 def test_an_old_toolbox_in_the_workspace_is_set_aside_not_carried_over(
@@ -340,4 +340,4 @@ def test_an_old_toolbox_in_the_workspace_is_set_aside_not_carried_over(
     assert "evil" not in listed.stdout
     assert not (home / "toolbox" / "live" / "evil.py").exists()
     with Store(home / "shelldon.db") as store:
-        assert "evil" not in {t.name for t in store.approved_tools()}
+        assert "evil" not in {t.name for t in store.tools.approved()}

@@ -43,6 +43,12 @@ def test_the_layers_hold_on_the_real_tree(tmp_path: Path) -> None:
     [
         ("shelldon/store/__init__.py", "import anthropic", "stay LLM-free"),
         ("shelldon/rules/arbiter.py", "import shelldon.worker", "stay LLM-free"),
+        ("shelldon/rules/arbiter.py", "import sqlite3", "touch nothing of the OS"),
+        ("shelldon/rules/risky.py", "import subprocess", "touch nothing of the OS"),
+        ("shelldon/rules/turnwatch.py", "import shelldon.proc.limits", "touch nothing of the OS"),
+        ("shelldon/rules/inbox_plan.py", "import actors.messages", "touch nothing of the OS"),
+        ("shelldon/rules/promotion.py", "import shelldon.toolbox.toolbox", "nothing of the OS"),
+        ("shelldon/worker/loop.py", "import shelldon.rules.risky", "Workers import no rules"),
         ("shelldon/proc/limits.py", "import shelldon.broker", "stay LLM-free"),
         ("shelldon/worker/tools/registry.py", "import anthropic", "worker imports no LLM SDK"),
         ("shelldon/contracts/codec.py", "import shelldon.config", "Contracts import nothing"),

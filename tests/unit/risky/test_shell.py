@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from shelldon.contracts import Tier, ToolCall
-from shelldon.proc.child import ProcEntry, descendants
 from shelldon.proc.limits import ProcessLimits
+from shelldon.proc.sweep import ProcEntry, descendants
 from shelldon.worker.tools.registry import Registry, ToolContext, execute_tool
 from shelldon.worker.tools.shell import run_bounded, specs
 from tests.unit.risky.forking import run_in_fork

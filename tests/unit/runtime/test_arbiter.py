@@ -20,31 +20,18 @@ from shelldon.contracts import (
     ToolFailure,
     encode,
 )
-from shelldon.rules.arbiter import (
-    APPROVED,
-    BUDGET_SPENT,
-    BUSY_REPLY,
-    CONSOLE_CHAT,
-    DENIED,
-    EXPIRED,
-    EXPIRED_PROMOTION,
-    GONE,
-    LOST,
-    QUEUED_APPROVED,
-    QUEUED_DENIED,
-    TICK_S,
-    UNREADABLE,
+from shelldon.rules.arbiter import TICK_S, Arbiter, expired_cards, tick_delay
+from shelldon.rules.commands import CONSOLE_CHAT, owners_of
+from shelldon.rules.effects import (
     Abandon,
     AnswerCommand,
     ApplyOp,
-    Arbiter,
     ArmTick,
     BeginTurn,
     Effect,
     ExpireCard,
     ExpireParked,
     FinishInbox,
-    InboxView,
     NowIdle,
     Pump,
     RecordReply,
@@ -58,10 +45,20 @@ from shelldon.rules.arbiter import (
     Strike,
     TakeParked,
     TakeRow,
-    expired_cards,
-    inbox_view,
-    owners_of,
-    tick_delay,
+)
+from shelldon.rules.inbox_plan import InboxView, inbox_view
+from shelldon.rules.replies import (
+    APPROVED,
+    BUDGET_SPENT,
+    BUSY_REPLY,
+    DENIED,
+    EXPIRED,
+    EXPIRED_PROMOTION,
+    GONE,
+    LOST,
+    QUEUED_APPROVED,
+    QUEUED_DENIED,
+    UNREADABLE,
 )
 from shelldon.store import Pending, Scheduled
 

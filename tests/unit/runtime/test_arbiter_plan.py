@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from shelldon.contracts import Decision, InboundMessage, Remember, encode
-from shelldon.rules.arbiter import budget_day, command_of, plan_inbox
+from shelldon.rules.arbiter import budget_day
+from shelldon.rules.commands import command_of
+from shelldon.rules.inbox_plan import plan_inbox
 
 OWNERS = frozenset({1})
 

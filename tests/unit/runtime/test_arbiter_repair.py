@@ -6,26 +6,26 @@ from __future__ import annotations
 
 from shelldon.config import LimitsSettings
 from shelldon.contracts import Decision, InboundMessage, encode
-from shelldon.rules.arbiter import (
-    EXPIRED,
-    QUEUED_REPAIR,
-    REPAIR_BUDGET_SPENT,
-    REPAIR_BUSY,
-    REPAIR_CAPPED,
-    Arbiter,
+from shelldon.rules.arbiter import Arbiter, budget_day
+from shelldon.rules.commands import owners_of
+from shelldon.rules.effects import (
     BeginTurn,
     DropRepair,
     Effect,
-    InboxView,
     Pump,
     Say,
     SettleTap,
     SpendBudget,
     TakeRepair,
     TakeRow,
-    budget_day,
-    inbox_view,
-    owners_of,
+)
+from shelldon.rules.inbox_plan import InboxView, inbox_view
+from shelldon.rules.replies import (
+    EXPIRED,
+    QUEUED_REPAIR,
+    REPAIR_BUDGET_SPENT,
+    REPAIR_BUSY,
+    REPAIR_CAPPED,
 )
 from shelldon.store import RepairOffer
 
@@ -155,7 +155,9 @@ def test_no_rounds_means_no_repair() -> None:
 
 
 def test_an_expired_repair_offer_says_no_fix_was_tried() -> None:
-    from shelldon.rules.arbiter import EXPIRED_REPAIR, ExpireCard, expired_cards
+    from shelldon.rules.arbiter import expired_cards
+    from shelldon.rules.effects import ExpireCard
+    from shelldon.rules.replies import EXPIRED_REPAIR
     from shelldon.store import Pending
 
     gone = Pending("repair", "offer-1", CHAT, "echo_len", NOW - 60, NOW)

@@ -174,10 +174,12 @@ def test_what_an_earlier_session_left_parked_is_reopened_as_it_was_asked(tmp_pat
     call = ToolCall("c1", "run_shell", {"command": "ls\x1b[2J"})
     with Store(tmp_path / "db") as store:
         op = RequestToolApproval(call, "the worker's own words", ())
-        store.park_approval("t1", 0, encode(op), "run_shell(...)", now=0, ttl_s=999)
-        store.park_approval("t-junk", 0, b"\xc1junk", "run_shell(?)", now=1, ttl_s=999)
-        store.park_promotion("p1", 0, "shout", "h", "tool shout", now=2, ttl_s=999, code=b"x=1")
-        store.park_approval("t-tg", 1001, encode(op), "run_shell(...)", now=3, ttl_s=999)
+        store.parked.park_approval("t1", 0, encode(op), "run_shell(...)", now=0, ttl_s=999)
+        store.parked.park_approval("t-junk", 0, b"\xc1junk", "run_shell(?)", now=1, ttl_s=999)
+        store.parked.park_promotion(
+            "p1", 0, "shout", "h", "tool shout", now=2, ttl_s=999, code=b"x=1"
+        )
+        store.parked.park_approval("t-tg", 1001, encode(op), "run_shell(...)", now=3, ttl_s=999)
         reopened = reopen_parked(store, now=600)
     assert [r.prompt.turn_id for r in reopened] == ["t1", "t-junk", "p1"]  # not Telegram's
     first, junk, promotion = reopened

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shelldon.rules.turnwatch import death_kind, oom_baseline
+from shelldon.proc.oom import death_kind, oom_baseline
 
 EVENTS = "low 0\nhigh 0\nmax {max}\noom {oom}\noom_kill {kill}\noom_group_kill {group}\n"
 

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from shelldon.config import BrainSettings
-from shelldon.rules.arbiter import COMMANDS, command_of
-from shelldon.rules.owner_commands import (
+from shelldon.owner_commands import (
     HELP,
     cancel_scheduled,
     forget_fact,
@@ -21,6 +20,7 @@ from shelldon.rules.owner_commands import (
     usage_cost,
     usage_text,
 )
+from shelldon.rules.commands import COMMANDS, command_of
 from shelldon.store import Store, UsageRow
 
 NOW = dt.datetime(2026, 12, 3, 9, 30, tzinfo=dt.UTC).timestamp()
@@ -42,65 +42,65 @@ def test_every_new_command_is_a_command_and_in_help() -> None:
 def test_memory_lists_facts_with_numbers_that_stay_put(store: Store) -> None:
     assert "don't remember anything" in memory_text(store)
     for fact in ("the cat is Miso", "tea, no sugar", "birthday in May"):
-        store.remember(fact, NOW)
+        store.conversation.remember(fact, NOW)
     assert forget_fact(store, "2", NOW) == "Forgotten #2: tea, no sugar"
     assert memory_text(store).split("\n")[1:] == ["#1 the cat is Miso", "#3 birthday in May"]
-    assert store.facts() == ["the cat is Miso", "birthday in May"]
+    assert store.conversation.facts() == ["the cat is Miso", "birthday in May"]
 
 
 def test_forget_is_audited_by_number_and_never_keeps_what_it_said(store: Store) -> None:
-    store.remember("my PIN is 1234", NOW)
+    store.conversation.remember("my PIN is 1234", NOW)
     forget_fact(store, "#1", NOW)
-    (entry,) = [e for e in store.audit_log() if e.action == "forgot"]
+    (entry,) = [e for e in store.audit.log() if e.action == "forgot"]
     assert (entry.actor, entry.subject) == ("owner", "fact #1")
     assert "1234" not in str(entry)
 
 
 @pytest.mark.parametrize("arg", ["", "two", "-1", "1; DROP TABLE facts", "²", "9" * 40])
 def test_forget_without_a_number_deletes_nothing(store: Store, arg: str) -> None:
-    store.remember("keep me", NOW)
+    store.conversation.remember("keep me", NOW)
     assert forget_fact(store, arg, NOW).startswith("Usage: /forget N")
-    assert store.facts() == ["keep me"]
+    assert store.conversation.facts() == ["keep me"]
 
 
 def test_forget_of_a_number_that_is_not_there_says_so(store: Store) -> None:
     assert "no fact #7" in forget_fact(store, "7", NOW)
-    assert [e for e in store.audit_log() if e.action == "forgot"] == []
+    assert [e for e in store.audit.log() if e.action == "forgot"] == []
 
 
 def test_new_drops_this_chats_history_and_audits_only_the_count(store: Store) -> None:
-    store.append_message(CHAT, "user", "my secret plan", NOW)
-    store.append_message(CHAT, "assistant", "noted", NOW)
-    store.append_message(0, "user", "console chat", NOW)
-    store.remember("the cat is Miso", NOW)
+    store.conversation.append(CHAT, "user", "my secret plan", NOW)
+    store.conversation.append(CHAT, "assistant", "noted", NOW)
+    store.conversation.append(0, "user", "console chat", NOW)
+    store.conversation.remember("the cat is Miso", NOW)
     assert "(2 messages)" in new_conversation(store, CHAT, NOW)
-    assert store.recent_messages(CHAT) == []
-    assert [m.content for m in store.recent_messages(0)] == ["console chat"]
-    assert store.facts() == ["the cat is Miso"]
-    (entry,) = [e for e in store.audit_log() if e.action == "new_conversation"]
+    assert store.conversation.recent(CHAT) == []
+    assert [m.content for m in store.conversation.recent(0)] == ["console chat"]
+    assert store.conversation.facts() == ["the cat is Miso"]
+    (entry,) = [e for e in store.audit.log() if e.action == "new_conversation"]
     assert entry.detail == {"messages": 2} and "secret" not in str(entry)
     assert "fresh start already" in new_conversation(store, CHAT, NOW)
 
 
 def test_schedule_lists_what_waits_and_cancel_removes_one(store: Store) -> None:
     assert schedule_text(store, NOW) == "Nothing is scheduled."
-    first = store.schedule(CHAT, NOW + 3600, "water the plants", NOW)
-    second = store.schedule(CHAT, NOW + 600, "stretch", NOW)
+    first = store.schedule.add(CHAT, NOW + 3600, "water the plants", NOW)
+    second = store.schedule.add(CHAT, NOW + 600, "stretch", NOW)
     lines = schedule_text(store, NOW).split("\n")
     assert lines[1:] == [
         f"#{second} 2026-12-03 09:40 UTC (in 10m): stretch",
         f"#{first} 2026-12-03 10:30 UTC (in 60m): water the plants",
     ]
     assert cancel_scheduled(store, str(first), NOW).startswith(f"Cancelled #{first}")
-    assert [s.prompt for s in store.upcoming()] == ["stretch"]
-    assert store.due(NOW + 7200) == [s for s in store.upcoming()]
-    (entry,) = [e for e in store.audit_log() if e.action == "cancelled"]
+    assert [s.prompt for s in store.schedule.upcoming()] == ["stretch"]
+    assert store.schedule.due(NOW + 7200) == [s for s in store.schedule.upcoming()]
+    (entry,) = [e for e in store.audit.log() if e.action == "cancelled"]
     assert entry.subject == f"schedule #{first}"
 
 
 def test_cancel_cannot_touch_a_turn_that_started(store: Store) -> None:
-    sid = store.schedule(CHAT, NOW - 5, "already running", NOW - 60)
-    assert store.start_due(sid, NOW)
+    sid = store.schedule.add(CHAT, NOW - 5, "already running", NOW - 60)
+    assert store.schedule.start(sid, NOW)
     assert "no scheduled turn" in cancel_scheduled(store, str(sid), NOW)
     assert cancel_scheduled(store, "soon", NOW).startswith("Usage: /cancel N")
 
@@ -108,10 +108,10 @@ def test_cancel_cannot_touch_a_turn_that_started(store: Store) -> None:
 def test_usage_counts_today_and_this_month_per_provider(store: Store) -> None:
     yesterday = NOW - 86400
     last_month = dt.datetime(2026, 11, 30, 23, 59, tzinfo=dt.UTC).timestamp()
-    store.record_model_call("anthropic", "claude-sonnet-4-5", 1000, 200, NOW)
-    store.record_model_call("anthropic", "claude-sonnet-4-5", 3000, 800, NOW - 60)
-    store.record_model_call("openai", "gpt-4o-mini", 500, 50, yesterday)
-    store.record_model_call("anthropic", "claude-sonnet-4-5", 9, 9, last_month)
+    store.usage.record("anthropic", "claude-sonnet-4-5", 1000, 200, NOW)
+    store.usage.record("anthropic", "claude-sonnet-4-5", 3000, 800, NOW - 60)
+    store.usage.record("openai", "gpt-4o-mini", 500, 50, yesterday)
+    store.usage.record("anthropic", "claude-sonnet-4-5", 9, 9, last_month)
     text = usage_text(store, BrainSettings(provider="anthropic"), NOW)
     assert text.split("\n") == [
         "Today: 2 calls, 4,000 tokens in, 1,000 out",
@@ -128,8 +128,8 @@ def test_usage_shows_the_cost_where_brain_names_a_price(store: Store) -> None:
     brain = BrainSettings(
         provider="anthropic", model="claude-sonnet-4-5", price_in_per_mtok=3, price_out_per_mtok=15
     )
-    store.record_model_call("anthropic", "claude-sonnet-4-5", 1_000_000, 100_000, NOW)
-    store.record_model_call("openai", "gpt-4o-mini", 500, 50, NOW)
+    store.usage.record("anthropic", "claude-sonnet-4-5", 1_000_000, 100_000, NOW)
+    store.usage.record("openai", "gpt-4o-mini", 500, 50, NOW)
     text = usage_text(store, brain, NOW)
     assert "Today: 2 calls, 1,000,500 tokens in, 100,050 out, $4.50" in text
     assert "• anthropic claude-sonnet-4-5: 1 call, 1,000,000 in, 100,000 out, $4.50" in text

@@ -6,14 +6,8 @@ import pytest
 
 from shelldon.broker.provider import KINDS
 from shelldon.contracts import JobFailed
-from shelldon.rules.replies import (
-    APOLOGIES,
-    MODEL,
-    STOPPED,
-    approval_question,
-    model_apology,
-    stopped_apology,
-)
+from shelldon.replies import APOLOGIES, MODEL, STOPPED, model_apology, stopped_apology
+from shelldon.rules.replies import approval_question
 
 # Kinds the worker's side adds to the provider's: its channel, and a broker without a brain.
 WORKER_KINDS = {"channel", "no_key", "unconfigured"}

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from shelldon.config import Settings
 from shelldon.contracts import Tier, ToolCall
-from shelldon.rules.risky import RISKY_BUILTINS, describe_call, park_refusal
+from shelldon.replies import describe_call
+from shelldon.rules.risky import RISKY_BUILTINS, park_refusal
 from shelldon.worker.tools import build_registry
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from shelldon.contracts import Remember, RequestToolApproval, Schedule, ToolCall
+from shelldon.replies import describe_call
 from shelldon.rules.replies import approval_question
-from shelldon.rules.risky import describe_call
 from shelldon.rules.turn_reply import TurnReply, one_line, turn_reply
 
 SHELL = ToolCall("c1", "run_shell", {"command": "ls a*b*c && python -c 'print(2**10 + 3**2)'"})

@@ -37,7 +37,7 @@ def old_home(settings: Settings, store: Store) -> Path:
         ("edited", tool()),
         ("twin", tool()),
     ):
-        store.audit("owner", "promoted", name, {}, time.time(), code_hash=code_hash(code))
+        store.audit.record("owner", "promoted", name, {}, time.time(), code_hash=code_hash(code))
     (ws / "tools" / "adder.py").write_text(ADDER)
     (ws / "tools-tests" / "test_adder.py").write_text(ADDER_TEST)
     (ws / "tools-quarantine" / "doubler.py").write_text(DOUBLER)
@@ -49,7 +49,7 @@ def old_home(settings: Settings, store: Store) -> Path:
     (ws / "tools" / "manifest.json").write_text('{"format": 1, "tools": [], "broken": []}')
     (ws / "tools-staging" / "pending.py").write_text(DOUBLER)
     (ws / "tools-staging" / "test_pending.py").write_text("from pending import run\n")
-    with store._write() as db:  # a row parked by the old version: no bytes kept with it
+    with store.write() as db:  # a row parked by the old version: no bytes kept with it
         db.execute(
             "INSERT INTO pending_promotions (turn_id, chat_id, name, code_hash, summary, "
             "created_at, expires_at) VALUES ('t1', 1, 'pending', ?, 'tool pending', 0, 1e12)",
@@ -81,9 +81,9 @@ def test_only_the_code_the_audit_log_approved_is_carried_over(
     assert not any((ws / d).exists() for d in ("tools", "tools-quarantine", "tools-tests"))
     assert not (ws / "tools-staging").exists()
     # The parked promotion can still be decided: its bytes, hash-checked, are in the store.
-    taken = store.take_promotion("t1", now=1)
+    taken = store.parked.take_promotion("t1", now=1)
     assert taken.code == DOUBLER.encode() and taken.test == b"from pending import run\n"
-    actions = [(e.actor, e.action, e.subject) for e in store.audit_log()]
+    actions = [(e.actor, e.action, e.subject) for e in store.audit.log()]
     assert ("migration", "carried_over", "adder") in actions
 
 
@@ -104,7 +104,7 @@ def test_a_parked_promotion_whose_staged_file_changed_keeps_no_bytes(
     ws = old_home(settings, store)
     (ws / "tools-staging" / "pending.py").write_text(tool(body="return 'swapped'"))
     assert migrate_legacy_toolbox(ws, sc).parked == ()
-    assert store.promotions_without_code() == [("t1", "pending", code_hash(DOUBLER))]
+    assert store.parked.promotions_without_code() == [("t1", "pending", code_hash(DOUBLER))]
 
 
 def test_the_service_start_moves_it_before_any_worker_reads_the_toolbox(

@@ -45,7 +45,7 @@ def test_retire_withdraws_the_approval_and_archives_code_and_test(
     assert "adder" in live_registry(settings).specs
     retired = sc.retire("adder")
     assert (retired.name, retired.state, retired.code_hash) == ("adder", "live", code_hash(ADDER))
-    assert sc.store.approved_tool("adder") is None and sc.live() == ()
+    assert sc.store.tools.approval("adder") is None and sc.live() == ()
     assert [e.name for e in read_manifest(sc.live_dir).entries] == []
     assert "adder" not in live_registry(settings).specs
     result = execute_tool(live_registry(settings), ToolCall("c1", "adder", {"a": 1}))
@@ -123,7 +123,7 @@ def test_a_promotion_diffed_against_another_version_is_refused(sc: Toolbox) -> N
     with pytest.raises(ToolboxError, match="changed since you were shown"):
         sc.promote("adder", staged.code, expected_hash=staged.code_hash, replace=True,
                    replaces_hash=old)  # fmt: skip
-    assert sc.store.approved_tool("adder") is None
+    assert sc.store.tools.approval("adder") is None
     promote(sc, "adder", ADDER, ADDER_TEST)
     sc.promote(
         "adder",

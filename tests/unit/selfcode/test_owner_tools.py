@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from shelldon.config import SandboxSettings, Settings
-from shelldon.rules.owner_commands import restore_tool, tools_text
+from shelldon.owner_commands import restore_tool, tools_text
 from shelldon.store import Store
 from shelldon.toolbox.toolbox import Toolbox
 

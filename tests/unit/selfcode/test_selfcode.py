@@ -100,7 +100,7 @@ def test_promote_writes_the_approved_bytes_and_records_their_hash(
     assert live.read_text() == ADDER
     assert live.stat().st_nlink == 1
     assert sc.live() == ("adder",)
-    approved = store.approved_tool("adder")
+    approved = store.tools.approval("adder")
     assert approved is not None and (approved.code_hash, approved.state) == (
         code_hash(ADDER),
         "live",
@@ -167,7 +167,7 @@ def test_quarantine_moves_tool_out_of_the_manifest(sc: Toolbox, store: Store) ->
     assert sc.quarantined() == ("adder",)
     assert entries(sc) == ["other"]
     assert sc.quarantine_reason("adder") == "ZeroDivisionError three times"
-    approved = store.approved_tool("adder")
+    approved = store.tools.approval("adder")
     assert approved is not None and approved.code_hash == code_hash(ADDER)  # not re-approved
 
 

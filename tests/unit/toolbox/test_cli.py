@@ -29,7 +29,7 @@ def sc(settings: Settings, store: Store) -> Toolbox:
 
 def quarantine_flaky(settings: Settings, sc: Toolbox) -> None:
     for _ in range(3):
-        sc.store.strike("flaky", "RuntimeError: boom", time.time())
+        sc.store.tools.strike("flaky", "RuntimeError: boom", time.time())
     sc.quarantine("flaky", "failed 3 times: RuntimeError: boom")
 
 
@@ -38,7 +38,7 @@ def test_list_shows_live_staged_and_quarantined_tools_with_strikes(
 ) -> None:
     quarantine_flaky(settings, sc)
     doubler = tool("Double.").encode()
-    sc.store.park_promotion(
+    sc.store.parked.park_promotion(
         "t1", 1, "doubler", code_hash(doubler), "tool doubler", time.time(), 60, code=doubler
     )
     result = shelldon(settings.home, "tools", "list")
@@ -134,8 +134,8 @@ def test_restore_brings_a_quarantined_tool_back_with_strikes_reset(
     assert "Restored flaky" in result.stdout
     assert "flaky" in sc.live() and sc.quarantined() == ()
     with Store(settings.database) as store:
-        assert [h.name for h in store.tool_health() if h.strikes] == []
-        assert [(e.actor, e.action, e.subject) for e in store.audit_log()] == [
+        assert [h.name for h in store.tools.health() if h.strikes] == []
+        assert [(e.actor, e.action, e.subject) for e in store.audit.log()] == [
             ("owner", "restored", "flaky")
         ]
 

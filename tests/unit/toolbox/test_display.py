@@ -65,7 +65,7 @@ def test_the_description_comes_from_the_code_not_the_archives_claim(tmp_path: Pa
 def test_import_never_overwrites_a_proposal_waiting_for_the_owner(
     settings: Settings, sc: Toolbox
 ) -> None:
-    sc.store.park_promotion(
+    sc.store.parked.park_promotion(
         "t1", 1, "adder", code_hash(ADDER), "tool adder", 0.0, 1e12, code=ADDER.encode()
     )
     other = ADDER.replace("Add one", "Add one more")
@@ -78,10 +78,10 @@ def test_import_never_overwrites_a_proposal_waiting_for_the_owner(
 
     with Store(settings.database) as store:
         (result,) = import_tools((archived,), sc, store, ask)
-        refusals = [(e.action, e.code_hash) for e in store.audit_log()]
+        refusals = [(e.action, e.code_hash) for e in store.audit.log()]
     assert result.outcome is Outcome.REFUSED
     assert "staged here" in result.message and "--replace" in result.message
-    assert sc.store.parked_code("adder") == ADDER.encode()
+    assert sc.store.parked.parked_code("adder") == ADDER.encode()
     assert sc.live() == ()
     assert asked == []
     assert refusals == [("import_refused", code_hash(other))]
@@ -89,7 +89,7 @@ def test_import_never_overwrites_a_proposal_waiting_for_the_owner(
 
 def test_a_strike_error_cannot_rewrite_the_listing(sc: Toolbox, store: Store) -> None:
     promote(sc, "adder", ADDER, ADDER_TEST)
-    store.strike("adder", "ValueError: \x1b[2J\rall good", 1.0)
+    store.tools.strike("adder", "ValueError: \x1b[2J\rall good", 1.0)
     text = list_text(tool_rows(store, sc))
     shown = show_text(store, sc, "adder")
     assert "\x1b" not in text + shown and "\r" not in text + shown

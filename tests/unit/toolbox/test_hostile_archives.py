@@ -138,7 +138,7 @@ def assert_nothing_written(settings: Settings, tmp_path: Path) -> None:
     assert workspace_files(settings) == []
     assert not (tmp_path / "evil.py").exists()
     with Store(settings.database) as store:
-        assert store.audit_log() == []
+        assert store.audit.log() == []
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))

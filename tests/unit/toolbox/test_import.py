@@ -38,7 +38,7 @@ def promoted(settings: Settings, *tools: tuple[str, str, str]) -> None:
 
 def audit(settings: Settings) -> list[tuple[str, str, str, str]]:
     with Store(settings.database) as store:
-        return [(e.actor, e.action, e.subject, e.code_hash) for e in store.audit_log()]
+        return [(e.actor, e.action, e.subject, e.code_hash) for e in store.audit.log()]
 
 
 def staging_is_empty(settings: Settings) -> bool:

@@ -20,7 +20,7 @@ from shelldon.contracts import (
     TurnRequest,
     Usage,
 )
-from shelldon.rules.risky import describe_call as summarize_call
+from shelldon.replies import describe_call as summarize_call
 from shelldon.worker.loop import (
     DENIED_BY_OWNER,
     PROPOSAL_RECEIVED,

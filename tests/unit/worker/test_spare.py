@@ -33,8 +33,10 @@ from shelldon.proc import sandbox
 from shelldon.proc.child import SpawnError
 from shelldon.store import Store
 from shelldon.toolbox.toolbox import Toolbox
+from shelldon.worker import spare as spares
 from shelldon.worker import spawn
-from shelldon.worker.spawn import CRASH_REPLY, EXIT_OK
+from shelldon.worker.handle import EXIT_OK
+from shelldon.worker.spawn import CRASH_REPLY
 from shelldon.worker.tools import Registry, context_from_settings
 from shelldon.worker.tools.selfcoded import toolbox_fingerprint
 from shelldon.worker.zygote import Zygote
@@ -347,10 +349,10 @@ def test_stop_leaves_no_spare(settings: Settings) -> None:
 
 def test_spawn_spare_and_assign_without_a_zygote(settings: Settings) -> None:
     with spawn.spawn_spare(settings, registry_factory=FACTORY) as handle:
-        assert handle.turn_id == spawn.SPARE_TURN_ID and handle.deadline == float("inf")
+        assert handle.turn_id == spares.SPARE_TURN_ID and handle.deadline == float("inf")
         time.sleep(0.05)
         deadline = time.monotonic() + 60
-        spawn.assign_spare(handle, turn("t-direct"), deadline)
+        spares.assign_spare(handle, turn("t-direct"), deadline)
         assert (handle.turn_id, handle.deadline) == ("t-direct", deadline)
         jobs, result = converse(handle, [say("direct")])
         assert isinstance(jobs[0], Job) and jobs[0].deadline == deadline
@@ -362,7 +364,7 @@ def test_assign_to_a_dead_spare_raises_spawn_error(settings: Settings) -> None:
         handle.kill()
         handle.reap(block=True)
         with pytest.raises(SpawnError, match="spare"):
-            spawn.assign_spare(handle, turn(), time.monotonic() + 60)
+            spares.assign_spare(handle, turn(), time.monotonic() + 60)
 
 
 def test_assign_to_a_stopped_spare_times_out_into_spawn_error(settings: Settings) -> None:
@@ -370,6 +372,6 @@ def test_assign_to_a_stopped_spare_times_out_into_spawn_error(settings: Settings
         os.kill(inner(handle.pid), signal.SIGSTOP)
         started = time.monotonic()
         with pytest.raises(SpawnError, match="acknowledgement"):
-            spawn.assign_spare(handle, turn(), time.monotonic() + 60, wait_s=0.2)
+            spares.assign_spare(handle, turn(), time.monotonic() + 60, wait_s=0.2)
         assert time.monotonic() - started < 1.0
-        assert handle.turn_id == spawn.SPARE_TURN_ID  # not assigned
+        assert handle.turn_id == spares.SPARE_TURN_ID  # not assigned

@@ -40,20 +40,10 @@ from shelldon.contracts import (
 from shelldon.proc.child import EXIT_UNKNOWN
 from shelldon.secrets import find_secret, forget_env_secrets, take_env_secrets
 from shelldon.worker.channel import HEADER, FrameReader, pack_frame
-from shelldon.worker.spawn import (
-    CRASH_REPLY,
-    ENV_ALLOWLIST,
-    EXIT_CHANNEL,
-    EXIT_CRASH,
-    EXIT_OK,
-    TOO_BIG_REPLY,
-    WorkerHandle,
-    above_stdio,
-    channel_ask,
-    result_frame,
-    spawn_resume,
-    spawn_turn,
-)
+from shelldon.worker.handle import EXIT_CHANNEL, EXIT_CRASH, EXIT_OK, WorkerHandle
+from shelldon.worker.prepare import ENV_ALLOWLIST
+from shelldon.worker.relay import TOO_BIG_REPLY, channel_ask, result_frame
+from shelldon.worker.spawn import CRASH_REPLY, above_stdio, spawn_resume, spawn_turn
 from shelldon.worker.tools import Registry, ToolSpec, context_from_settings
 from tests.unit.worker.brain import OPEN_SCHEMA, call, calls, say
 

@@ -38,7 +38,7 @@ from shelldon.contracts import (
 from shelldon.proc import sandbox
 from shelldon.proc.child import EXIT_UNKNOWN, SpawnError
 from shelldon.worker import spawn
-from shelldon.worker.spawn import EXIT_OK
+from shelldon.worker.handle import EXIT_OK
 from shelldon.worker.tools import Registry
 from shelldon.worker.zygote import MAX_MESSAGE, PART_BYTES, Zygote, ZygoteError
 from tests.pids import host_pid, host_ppid, inner, popen_host_pid

@@ -9,7 +9,8 @@ from __future__ import annotations
 import datetime as dt
 
 from shelldon.config import BrainSettings, Settings
-from shelldon.rules.arbiter import OWNER_COMMANDS, budget_day
+from shelldon.rules.arbiter import budget_day
+from shelldon.rules.commands import OWNER_COMMANDS
 from shelldon.rules.turn_reply import one_line
 from shelldon.store import Store, UsageRow
 from shelldon.toolbox.toolbox import Toolbox, ToolboxError
@@ -35,7 +36,7 @@ def _age(seconds: float) -> str:
 def tools_text(store: Store, selfcode: Toolbox) -> str:
     """/tools: live, staged and quarantined self-coded tools, with strikes; files that will not
     run because they are not what the owner approved; and why self-coded tools are off, if so."""
-    strikes = {h.name: h for h in store.tool_health()}
+    strikes = {h.name: h for h in store.tools.health()}
     lines = [
         "Built-in: get_time, read_file, list_dir, python_eval (free); "
         "write_file, run_shell, http_get, git (ask first)."
@@ -75,7 +76,7 @@ def tools_text(store: Store, selfcode: Toolbox) -> str:
 
 def pending_text(store: Store, now: float) -> str:
     """/pending: parked approvals and promotions with their age."""
-    rows = store.pending()
+    rows = store.parked.pending()
     if not rows:
         return "Nothing is waiting for you."
     lines = [f"{len(rows)} waiting for your tap:"]
@@ -92,7 +93,7 @@ def pending_text(store: Store, now: float) -> str:
 
 def budget_text(store: Store, settings: Settings, now: float) -> str:
     """/budget: today's scheduler budget."""
-    spent = store.budget_spent(budget_day(now))
+    spent = store.schedule.budget_spent(budget_day(now))
     limit = settings.limits.daily_turn_budget
     return (
         f"Turns I started myself today: {spent} of {limit}. "
@@ -111,8 +112,8 @@ def restore_tool(store: Store, selfcode: Toolbox, name: str, now: float) -> str:
         selfcode.restore(name)
     except (ToolboxError, FileNotFoundError, OSError) as exc:
         return f"Could not restore {name}: {exc}"
-    store.reset_strikes(name)
-    store.audit("owner", "restored", name, {}, now)
+    store.tools.reset_strikes(name)
+    store.audit.record("owner", "restored", name, {}, now)
     return f"Restored {name}: it is live again with its strikes reset."
 
 
@@ -124,7 +125,7 @@ def _number(arg: str) -> int | None:
 
 def memory_text(store: Store) -> str:
     """/memory: every remembered fact with its number."""
-    facts = store.numbered_facts(limit=1000)
+    facts = store.conversation.numbered_facts(limit=1000)
     if not facts:
         return "I don't remember anything yet. When I keep something you tell me, I say so with 📝."
     lines = [f"What I remember ({len(facts)}); /forget N drops one:"]
@@ -137,17 +138,17 @@ def forget_fact(store: Store, arg: str, now: float) -> str:
     number = _number(arg)
     if number is None:
         return "Usage: /forget N, with the number /memory shows."
-    fact = store.forget(number)
+    fact = store.conversation.forget(number)
     if fact is None:
         return f"I have no fact #{number}. /memory lists what I remember."
-    store.audit("owner", "forgot", f"fact #{number}", {"chars": len(fact)}, now)
+    store.audit.record("owner", "forgot", f"fact #{number}", {"chars": len(fact)}, now)
     return f"Forgotten #{number}: {one_line(fact)}"
 
 
 def new_conversation(store: Store, chat_id: int, now: float) -> str:
     """/new: drop this chat's conversation history; the audit keeps only how many messages."""
-    dropped = store.clear_conversation(chat_id)
-    store.audit("owner", "new_conversation", f"chat {chat_id}", {"messages": dropped}, now)
+    dropped = store.conversation.clear(chat_id)
+    store.audit.record("owner", "new_conversation", f"chat {chat_id}", {"messages": dropped}, now)
     if not dropped:
         return "We're at a fresh start already. What I remember stays (/memory)."
     return (
@@ -167,7 +168,7 @@ def _utc(ts: float) -> str:
 
 def schedule_text(store: Store, now: float) -> str:
     """/schedule: the turns scheduled for later, soonest first, with their numbers."""
-    upcoming = store.upcoming(limit=100)
+    upcoming = store.schedule.upcoming(limit=100)
     if not upcoming:
         return "Nothing is scheduled."
     lines = [f"Scheduled ({len(upcoming)}); /cancel N drops one:"]
@@ -182,11 +183,11 @@ def cancel_scheduled(store: Store, arg: str, now: float) -> str:
     number = _number(arg)
     if number is None:
         return "Usage: /cancel N, with the number /schedule shows."
-    gone = store.cancel_scheduled(number)
+    gone = store.schedule.cancel(number)
     if gone is None:
         return f"There is no scheduled turn #{number} waiting (it may have run). See /schedule."
     detail = {"due_at": gone.due_at, "prompt": gone.prompt[:200]}
-    store.audit("owner", "cancelled", f"schedule #{number}", detail, now)
+    store.audit.record("owner", "cancelled", f"schedule #{number}", detail, now)
     return f"Cancelled #{number}, due {_utc(gone.due_at)}: {one_line(gone.prompt)}"
 
 
@@ -237,11 +238,11 @@ def usage_text(store: Store, brain: BrainSettings, now: float) -> str:
     month = today.replace(day=1)
     next_month = (month + dt.timedelta(days=32)).replace(day=1)
     lines = _usage_lines(
-        "Today", store.usage_between(today.timestamp(), tomorrow.timestamp()), brain
+        "Today", store.usage.between(today.timestamp(), tomorrow.timestamp()), brain
     )
     lines += _usage_lines(
         f"This month ({month:%B %Y})",
-        store.usage_between(month.timestamp(), next_month.timestamp()),
+        store.usage.between(month.timestamp(), next_month.timestamp()),
         brain,
     )
     if brain.price_in_per_mtok == 0 and brain.price_out_per_mtok == 0:
@@ -262,9 +263,9 @@ def retire_tool(store: Store, selfcode: Toolbox, name: str, now: float, via: str
         retired = selfcode.retire(name)
     except (ToolboxError, OSError) as exc:
         return f"Could not retire {name}: {exc}"
-    store.reset_strikes(retired.name)
+    store.tools.reset_strikes(retired.name)
     detail = {"was": retired.state, "archive": str(retired.archive), "via": via}
-    store.audit("owner", "retired", retired.name, detail, now, code_hash=retired.code_hash)
+    store.audit.record("owner", "retired", retired.name, detail, now, code_hash=retired.code_hash)
     return (
         f"Retired {retired.name}: it is out of my toolbox and will not run again "
         f"(its code and test are kept in {retired.archive})."

@@ -1,0 +1,197 @@
+"""Children the zygote forked, as the service holds them: a turn's worker
+(``ZygoteWorkerHandle``) and a gate's pytest (``ZygoteGate``). Each exit arrives on an exit
+pipe the zygote writes once it has reaped the child; kill and close are requests to it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import structlog
+
+from shelldon.proc import sandbox
+from shelldon.proc.child import EXIT_UNKNOWN, SpawnError, readable
+from shelldon.proc.output import Output
+from shelldon.worker.handle import WorkerChannel
+from shelldon.worker.zygote_server import EXIT_CODE
+
+if TYPE_CHECKING:
+    from shelldon.worker.zygote import Zygote
+
+log = structlog.get_logger(__name__)
+
+REAP_BLOCK_S = 10.0
+"""Longest a blocking ``reap`` waits for the zygote to report an exit before it declares the
+zygote broken (only tests and benchmarks block: actors watch the exit pipe)."""
+
+
+class ZygoteError(SpawnError):
+    """The zygote is dead, timed out or broke the protocol: no worker can be started."""
+
+
+@dataclass(slots=True)
+class ZygoteWorkerHandle(WorkerChannel):
+    """A worker forked by the zygote, as the TurnActor sees it.
+
+    ``fileno``/``send``/``read_frames`` work on the channel end received from the zygote.
+    ``exit_fileno`` is the read end of the worker's exit pipe: readable
+    once the zygote has reaped the worker (or died). ``reap`` reads it; ``kill`` and ``close``
+    are requests to the zygote, which is the worker's parent and holds its real handle. None of
+    them raises, and only ``reap(block=True)`` waits: if the zygote is gone, its workers died
+    with it (PDEATHSIG), so the turn's cgroup is swept and the exit is ``EXIT_UNKNOWN``.
+    """
+
+    exit_code: int | None = None
+    zygote: Zygote | None = None
+    cgroup_path: str | None = None
+    released: bool = False
+    exits: int = -1
+
+    def exit_fileno(self) -> int:
+        return self.exits
+
+    def kill(self) -> None:
+        """SIGKILL the worker (cgroup, process group, pid) through the zygote."""
+        if self.released or self.exit_code is not None or self.zygote is None:
+            return
+        try:
+            self.zygote.call({"op": "kill", "pid": self.pid})
+        except ZygoteError as exc:
+            log.warning("zygote_kill_failed", pid=self.pid, turn_id=self.turn_id, error=str(exc))
+            self._orphaned()
+        except SpawnError as exc:  # the zygote no longer knows it: already gone
+            log.info("zygote_kill_refused", pid=self.pid, error=str(exc))
+
+    def reap(self, block: bool = False) -> int | None:
+        """The worker's exit code (negative: killed by that signal), or None while it runs and
+        ``block`` is False."""
+        if self.exit_code is not None:
+            return self.exit_code
+        if self.exits < 0:
+            self.exit_code = EXIT_UNKNOWN
+            return self.exit_code
+        done, code = read_exit(self.exits, REAP_BLOCK_S if block else 0.0)
+        if not done:
+            if not block:
+                return None
+            if self.zygote is not None:
+                self.zygote.abandon(f"no exit reported for worker {self.pid} in {REAP_BLOCK_S} s")
+            self.exit_code = EXIT_UNKNOWN
+            return self.exit_code
+        if code is None:  # EOF without a code: the zygote died, and its workers with it
+            self._orphaned()
+        self.exit_code = EXIT_UNKNOWN if code is None else code
+        return self.exit_code
+
+    def close(self) -> None:
+        """Close the channel and the exit pipe; a worker still running is killed by the zygote
+        (which reaps it and removes the turn's cgroup in its own time)."""
+        self.sock.close()
+        if self.released:
+            return
+        self.released = True
+        self.reap(block=False)
+        if self.exits >= 0:
+            os.close(self.exits)
+            self.exits = -1
+        zygote = self.zygote
+        if zygote is None:
+            return
+        if self.exit_code is None:
+            try:
+                zygote.call({"op": "close", "pid": self.pid})
+            except ZygoteError as exc:
+                log.warning("zygote_close_failed", pid=self.pid, error=str(exc))
+                self._orphaned()
+                self.exit_code = EXIT_UNKNOWN
+            except SpawnError as exc:
+                log.info("zygote_close_refused", pid=self.pid, error=str(exc))
+        zygote.forget(self.pid)
+
+    def _orphaned(self) -> None:
+        """The zygote is gone (it was killed): the worker died by PDEATHSIG; whatever its
+        tools left in the turn's cgroup goes too."""
+        if self.cgroup_path is not None:
+            sandbox.TurnCgroup(Path(self.cgroup_path)).close()
+
+    def __enter__(self) -> ZygoteWorkerHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+        self.reap(block=True)
+        self.close()
+
+
+def read_exit(exits: int, timeout: float) -> tuple[bool, int | None]:
+    """Whether the zygote reported on exit pipe ``exits`` within ``timeout`` s, and the code:
+    None when the pipe ended without one (the zygote died)."""
+    if not readable(exits, timeout):
+        return False, None
+    try:
+        data = os.read(exits, EXIT_CODE.size)
+    except OSError:
+        data = b""
+    return True, EXIT_CODE.unpack(data)[0] if len(data) == EXIT_CODE.size else None
+
+
+class ZygoteGate:
+    """A gate's pytest the zygote forked, as ``GateRun`` watches it: ``output`` reads the pipe
+    the zygote handed over, the exit comes on the exit pipe; kill and close are requests to
+    the zygote. Only ``reap(block=True)`` waits (bounded, as a worker's)."""
+
+    def __init__(
+        self, zygote: Zygote, pid: int, output: Output, exits: int, cgroup: str | None
+    ) -> None:
+        self.zygote = zygote
+        self.pid = pid
+        self.output: Output | None = output
+        self.exits = exits
+        self.cgroup = cgroup
+        self.exit_code: int | None = None
+
+    def exited(self) -> bool:
+        """Whether the zygote reported the exit (it reaped pytest and swept its cgroup)."""
+        return self.reap(block=False) is not None
+
+    def kill(self) -> None:
+        """SIGKILL pytest (cgroup, group, pid) through the zygote."""
+        if self.exit_code is None:
+            try:
+                self.zygote.call({"op": "kill", "pid": self.pid})
+            except SpawnError as exc:  # the zygote is gone, or already reported it
+                log.info("zygote_gate_kill_failed", pid=self.pid, error=str(exc))
+
+    def reap(self, block: bool = False) -> int | None:
+        """Its exit code, or None while it runs and ``block`` is False."""
+        if self.exit_code is not None or self.exits < 0:
+            return self.exit_code
+        done, code = read_exit(self.exits, REAP_BLOCK_S if block else 0.0)
+        if not done and not block:
+            return None
+        if not done:
+            self.zygote.abandon(f"no exit reported for gate {self.pid} in {REAP_BLOCK_S} s")
+        if code is None and self.cgroup is not None:  # the zygote died: nothing reaps there
+            sandbox.TurnCgroup(Path(self.cgroup)).close()
+        self.exit_code = EXIT_UNKNOWN if code is None else code
+        os.close(self.exits)
+        self.exits = -1
+        self.zygote.forget(self.pid)
+        return self.exit_code
+
+    def close(self) -> None:
+        """Close the output and exit pipes; one still running is killed by the zygote."""
+        if self.output is not None:
+            self.output.close()
+        if self.exits < 0:
+            return
+        if self.reap(block=False) is None:
+            try:
+                self.zygote.call({"op": "close", "pid": self.pid})
+            except SpawnError as exc:
+                log.info("zygote_gate_close_failed", pid=self.pid, error=str(exc))
+            os.close(self.exits)
+            self.exits = -1
+            self.zygote.forget(self.pid)
