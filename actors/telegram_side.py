@@ -37,7 +37,7 @@ class TelegramSide(TransportSide):
         super().__init__(actor)
         from shelldon.preflight import EXIT_CONFIG
         from shelldon.secrets import SecretMissingError, read_secret
-        from shelldon.transport.telegram import InvalidEndpoint
+        from shelldon.transport.telegram_errors import InvalidEndpoint
         from shelldon.transport.telegram_link import TelegramLink
 
         self.bridge: AsyncBridge | None = AsyncBridge("telegram")
@@ -54,7 +54,7 @@ class TelegramSide(TransportSide):
 
     def _drain_bridge(self) -> None:
         assert self.bridge is not None
-        from shelldon.transport.telegram import TelegramError
+        from shelldon.transport.telegram_errors import TelegramError
 
         peers = self.actor.peers
         for tag, _value, error in self.bridge.drain():

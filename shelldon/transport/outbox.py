@@ -17,7 +17,8 @@ import structlog
 
 from shelldon.transport.approvals import ApprovalView
 from shelldon.transport.render import split_message
-from shelldon.transport.telegram import BotApi, Clock, Sleep, TelegramError
+from shelldon.transport.telegram import BotApi, Clock, Sleep
+from shelldon.transport.telegram_errors import TelegramError
 
 log = structlog.get_logger(__name__)
 

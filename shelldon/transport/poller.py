@@ -19,7 +19,8 @@ import structlog
 from shelldon.contracts import Decision, InboundMessage
 from shelldon.rules.commands import OWNER_COMMANDS
 from shelldon.transport.render import escape
-from shelldon.transport.telegram import BadRequest, BotApi, RetryPolicy, Sleep, TelegramError
+from shelldon.transport.telegram import BotApi, RetryPolicy, Sleep
+from shelldon.transport.telegram_errors import BadRequest, TelegramError
 from shelldon.transport.updates import (
     Rejected,
     UpdateRules,

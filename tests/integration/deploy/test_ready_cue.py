@@ -11,7 +11,8 @@ import pytest
 
 from shelldon.rules.commands import OWNER_COMMANDS
 from shelldon.transport.poller import Poller
-from shelldon.transport.telegram import BotApi, RetryPolicy, Unauthorized
+from shelldon.transport.telegram import BotApi, RetryPolicy
+from shelldon.transport.telegram_errors import Unauthorized
 from shelldon.transport.updates import UpdateRules
 from tests.fakes.fake_telegram import FakeTelegram
 from tests.integration.transport.support import EventStore, FakeClock, SqliteLedger, run

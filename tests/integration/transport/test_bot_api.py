@@ -10,12 +10,11 @@ import pytest
 import structlog
 
 from shelldon.transport.render import pre
-from shelldon.transport.telegram import (
+from shelldon.transport.telegram import BotApi, RetryPolicy
+from shelldon.transport.telegram_errors import (
     BadRequest,
-    BotApi,
     Conflict,
     NetworkError,
-    RetryPolicy,
     ServerError,
     Unauthorized,
 )

@@ -31,7 +31,8 @@ from shelldon.transport.approvals import (
 from shelldon.transport.outbox import Outbox
 from shelldon.transport.poller import INVALID_BUTTON_NOTICE, OWNER_COMMANDS, Poller
 from shelldon.transport.render import escape, pre
-from shelldon.transport.telegram import BotApi, Conflict, RetryPolicy, Unauthorized
+from shelldon.transport.telegram import BotApi, RetryPolicy
+from shelldon.transport.telegram_errors import Conflict, Unauthorized
 from shelldon.transport.updates import UpdateRules
 from tests.fakes.fake_telegram import FakeTelegram
 from tests.integration.transport.support import EventStore, FakeClock, SqliteLedger, run

@@ -116,7 +116,9 @@ def test_a_gate_that_could_not_run_blames_the_install_not_the_tool() -> None:
 
 
 def test_an_approved_tap_promotes_exactly_the_parked_bytes() -> None:
-    taken = ParkedPromotion("ok", "p1", 7, "adder", "h-new", "tool adder", b"parked code", b"parked test")
+    taken = ParkedPromotion(
+        "ok", "p1", 7, "adder", "h-new", "tool adder", b"parked code", b"parked test"
+    )
     (promote,) = promotion_taken(tap(True), taken)
     assert promote == Promote("adder", b"parked code", b"parked test", "h-new", "", "p1")
     *_, record, settle = promoted(tap(True), promote)

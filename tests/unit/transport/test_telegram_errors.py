@@ -12,16 +12,15 @@ import traceback
 import aiohttp
 import pytest
 
-from shelldon.transport import telegram
-from shelldon.transport.telegram import (
+from shelldon.transport import telegram_errors
+from shelldon.transport.telegram import BotApi, RetryPolicy
+from shelldon.transport.telegram_errors import (
     BadRequest,
-    BotApi,
     Conflict,
     Forbidden,
     InvalidEndpoint,
     NetworkError,
     RetryAfter,
-    RetryPolicy,
     ServerError,
     TelegramError,
     Unauthorized,
@@ -51,7 +50,7 @@ def _bare(cls: type[BaseException]) -> BaseException:
 
 
 def test_every_aiohttp_client_error_is_mapped_explicitly() -> None:
-    mapped = {foreign for foreign, _ in telegram._TRANSLATIONS}
+    mapped = {foreign for foreign, _ in telegram_errors._TRANSLATIONS}
     missing = [cls.__name__ for cls in _aiohttp_errors() if cls not in mapped]
     assert missing == []
 
@@ -61,7 +60,7 @@ def test_each_aiohttp_error_becomes_our_error_without_the_token(
     cls: type[BaseException],
 ) -> None:
     ours = translate_error(_bare(cls), TEST_TOKEN)
-    expected = dict(telegram._TRANSLATIONS)[cls]
+    expected = dict(telegram_errors._TRANSLATIONS)[cls]
     assert type(ours) is expected
     assert TEST_TOKEN not in str(ours)
 
@@ -128,7 +127,7 @@ def test_ok_reply_returns_its_result() -> None:
 
 
 def test_only_token_and_instance_problems_are_fatal() -> None:
-    fatal = {cls for cls in vars(telegram).values() if inspect.isclass(cls)
+    fatal = {cls for cls in vars(telegram_errors).values() if inspect.isclass(cls)
              and issubclass(cls, TelegramError) and cls.fatal}  # fmt: skip
     assert fatal == {Unauthorized, Conflict, InvalidEndpoint}
     assert Unauthorized.exit_status == 78 and Conflict.exit_status == 75
