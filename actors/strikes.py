@@ -20,7 +20,8 @@ class StrikeLedgerActor(WiredActor):
 
     def receiveMsg_StrikeTools(self, msg: StrikeTools, sender: ActorAddress) -> None:
         assert self.store is not None and self.settings is not None
-        for failure in struck(msg.failures):
+        approved = (tool.name for tool in self.store.tools.approved())
+        for failure in struck(msg.failures, approved):
             strikes = self.store.tools.strike(failure.name, failure.error, time.time())
             log.warning(
                 "tool_struck", tool=failure.name, strikes=strikes, error=failure.error[:300]

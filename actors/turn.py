@@ -11,13 +11,12 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 from thespian.actors import ActorAddress, ActorExitRequest, WakeupMessage, WatchMessage
 
-from actors.base import ContractActor
 from actors.messages import Fatal, JobAnswer, StartResume, StartTurn, TurnEnded, Typing, Wire
+from actors.wired import WiredActor
 from shelldon.config import Settings
 from shelldon.contracts import Result, ResumeRequest, TurnRequest
 from shelldon.proc.child import SpawnError
@@ -50,15 +49,11 @@ class Exiting:
     awaited: AwaitedExit
 
 
-class TurnActor(ContractActor):
+class TurnActor(WiredActor):
     """Runs at most one worker at a time; the arbiter guarantees it is asked for one."""
 
     def __init__(self) -> None:
         super().__init__()
-        # Every fork of this process is a worker that runs model-written code: it must not
-        # keep the key that seals actor messages (it could forge them).
-        self.settings: Settings | None = None
-        self.peers: dict[str, Any] = {}
         self.zygote: Zygote | None = None
         self.handle: Worker | None = None
         self.exiting: list[Exiting] = []
@@ -68,9 +63,7 @@ class TurnActor(ContractActor):
         self.source = "owner"
         self.started = 0.0
 
-    def receiveMsg_Wire(self, msg: Wire, sender: ActorAddress) -> None:
-        self.settings = msg.settings
-        self.peers = msg.peers
+    def wired(self, msg: Wire, *, first: bool) -> None:
         self.zygote = msg.zygote
 
     def receiveMsg_StartTurn(self, msg: StartTurn, sender: ActorAddress) -> None:
@@ -114,8 +107,13 @@ class TurnActor(ContractActor):
         self.handle = handle
         self.oom_baseline = oom_baseline(handle.cgroup_path)
         lim = settings.limits
+        assert self.store is not None
         self.turnwatch = TurnWatch(
-            turn_id, handle.deadline, max_model_calls(lim.max_tool_executions), lim.kill_grace_s
+            turn_id,
+            handle.deadline,
+            max_model_calls(lim.max_tool_executions),
+            lim.kill_grace_s,
+            frozenset(tool.name for tool in self.store.tools.approved()),
         )
         self.watch(handle.fileno())
         self.wakeupAfter(
@@ -142,6 +140,14 @@ class TurnActor(ContractActor):
             if isinstance(verdict, Forward):
                 self.send(self.peers["broker"], verdict.job)
             elif isinstance(verdict, Finished):
+                for failure in verdict.dropped:
+                    # Only a worker that lies sends these: nothing it says is charged.
+                    log.warning(
+                        "worker_fault_failure_dropped",
+                        turn_id=handle.turn_id,
+                        tool=failure.name,
+                        call_id=failure.call_id,
+                    )
                 self._end(verdict.result, kill=False)
                 return
             elif isinstance(verdict, Violation):
@@ -236,7 +242,7 @@ class TurnActor(ContractActor):
                 "worker_overran_deadline",
                 turn_id=handle.turn_id,
                 pid=handle.pid,
-                running_tool=turnwatch.running_tool,
+                blamed=turnwatch.blamed(),
             )
             self._end(self._apology("timeout"), kill=True)
         else:
@@ -256,7 +262,7 @@ class TurnActor(ContractActor):
     def _apology(self, kind: str) -> Result:
         handle, watch = self.handle, self.turnwatch
         assert handle is not None and watch is not None
-        return apology(handle.turn_id, kind, watch.model_calls, watch.running_tool)
+        return apology(handle.turn_id, kind, watch)
 
     def _end(self, result: Result, *, kill: bool) -> None:
         handle = self.handle

@@ -213,21 +213,23 @@ Op = RequestToolApproval | ProposeTool | Remember | Schedule
 @contract("tool_failure")
 @dataclass(frozen=True, slots=True)
 class ToolFailure:
-    """A self-coded tool that failed to import or raised; the service debits a strike for it."""
+    """A self-coded tool's call ``call_id`` failed (it raised, or could not be imported); the
+    service debits a strike only for a call it relayed itself (``shelldon.rules.turnwatch``)."""
 
     name: str
     error: str
-    self_coded: bool = True
+    call_id: str
 
 
 @contract("tool_started")
 @dataclass(frozen=True, slots=True)
 class ToolStarted:
-    """Worker → turn actor, before a self-coded tool runs: if the worker is killed before its
-    next frame, the tool it was running is debited a strike."""
+    """Worker → turn actor, before a self-coded tool's call ``call_id`` runs: the turn actor
+    blames a hang on it only where no other self-coded call could have been running."""
 
     turn_id: str
     name: str
+    call_id: str
 
 
 @contract("turn_request")

@@ -9,9 +9,11 @@ from collections.abc import Iterable
 from shelldon.contracts import ToolFailure
 
 
-def struck(failures: Iterable[ToolFailure]) -> tuple[ToolFailure, ...]:
-    """The failures that earn their tool a strike: only self-coded tools'."""
-    return tuple(failure for failure in failures if failure.self_coded)
+def struck(failures: Iterable[ToolFailure], approved: Iterable[str]) -> tuple[ToolFailure, ...]:
+    """The failures that earn their tool a strike: only those of tools the owner approved (the
+    service's own record of what is self-coded, not the worker's)."""
+    names = frozenset(approved)
+    return tuple(failure for failure in failures if failure.name in names)
 
 
 def quarantine_due(strikes: int, threshold: int) -> bool:

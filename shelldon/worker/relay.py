@@ -8,19 +8,21 @@ from collections.abc import Callable
 
 import structlog
 
-from shelldon.contracts import Completion, Job, JobFailed, Result, ToolStarted
+from shelldon.contracts import Completion, Job, JobFailed, Result, ToolCall, ToolStarted
 from shelldon.worker.channel import FrameError, FrameTimeout, pack_frame, recv_frame, send_frame
 from shelldon.worker.loop import Ask
 
 log = structlog.get_logger(__name__)
 
 
-def channel_announce(sock: socket.socket, turn_id: str, wait_until: float) -> Callable[[str], None]:
-    """Tell the parent which self-coded tool is about to run (no answer is awaited)."""
+def channel_announce(
+    sock: socket.socket, turn_id: str, wait_until: float
+) -> Callable[[ToolCall], None]:
+    """Tell the parent which self-coded call is about to run (no answer is awaited)."""
 
-    def announce(name: str) -> None:
+    def announce(call: ToolCall) -> None:
         try:
-            send_frame(sock, ToolStarted(turn_id, name), wait_until)
+            send_frame(sock, ToolStarted(turn_id, call.name, call.id), wait_until)
         except FrameError as exc:
             log.warning("channel_failed", error=str(exc))
 

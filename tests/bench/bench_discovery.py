@@ -86,8 +86,8 @@ def main() -> None:
             live_tools=sc.live_dir,
             require_fs_layer=False,
         )
-        specs, failures = discover(ctx)
-        assert len(specs) == N_TOOLS and not failures, (len(specs), failures)
+        specs = discover(ctx)
+        assert len(specs) == N_TOOLS, len(specs)
 
         def cold(clock) -> list[float]:
             # A worker whose parent never discovered: parse the manifest, build every spec.

@@ -76,9 +76,7 @@ def registry_for(ctx: ToolContext) -> Registry:
     registry = Registry(ctx)
     for family in (clock, files, pyeval, write, shell, http, git):
         registry.add_all(family.specs())
-    found, failures = selfcoded.discover(ctx)
-    registry.add_all(found)
-    registry.failures.extend(failures)
+    registry.add_all(selfcoded.discover(ctx))
     return registry
 
 
@@ -260,7 +258,7 @@ def main() -> None:
                 require_fs_layer=False,
             )
             selfcoded._seen = None
-            assert len(selfcoded.discover(ctx)[0]) == n
+            assert len(selfcoded.discover(ctx)) == n
             row: dict[str, Any] = {"n": n}
             target = f"tool_{n // 2:03d}"
             use = [

@@ -54,7 +54,5 @@ def build_registry(settings: Settings) -> Registry:
     registry.add_all(http.specs())
     registry.add_all(git.specs())
     # Self-coded tools last: a name collision with a built-in is refused (built-ins win).
-    discovered, failures = selfcoded.discover(registry.context)
-    registry.add_all(discovered)
-    registry.failures.extend(failures)
+    registry.add_all(selfcoded.discover(registry.context))
     return registry

@@ -72,9 +72,9 @@ class Registry:
     context: ToolContext
     specs: dict[str, ToolSpec] = field(default_factory=dict)
     failures: list[ToolFailure] = field(default_factory=list)
-    # Called with a self-coded tool's name just before it runs (the worker tells its parent,
-    # so a tool that hangs until the worker is killed still gets its strike).
-    announce: Callable[[str], None] | None = None
+    # Called with a self-coded tool's call just before it runs (the worker tells its parent,
+    # so a tool that hangs until the worker is killed can still get its strike).
+    announce: Callable[[ToolCall], None] | None = None
 
     def add(self, spec: ToolSpec) -> bool:
         """Register ``spec``; a self-coded tool never shadows a built-in (logged, refused)."""
@@ -158,7 +158,7 @@ def execute_tool(registry: Registry, call: ToolCall, *, approved: bool = False) 
     if problem:
         return ToolResult(call.id, False, f"{call.name}: {problem}")
     if spec.self_coded and registry.announce is not None:
-        registry.announce(call.name)
+        registry.announce(call)
     try:
         output = spec.fn(registry.context, **call.args)
         if not isinstance(output, str):
@@ -170,7 +170,7 @@ def execute_tool(registry: Registry, call: ToolCall, *, approved: bool = False) 
         error = str(exc) if isinstance(exc, IsolatedToolError) else f"{type(exc).__name__}: {exc}"
         log.warning("tool_raised", tool=call.name, error=error, self_coded=spec.self_coded)
         if spec.self_coded:
-            registry.failures.append(ToolFailure(call.name, error, self_coded=True))
+            registry.failures.append(ToolFailure(call.name, error, call.id))
         return ToolResult(
             call.id,
             False,

@@ -11,7 +11,7 @@ file) whose sha256 must equal the approved hash, under a unique module name; it 
 convention and calls ``run(**args)``.
 Bytes that differ are never executed: the call fails (a strike), so a file changed after the
 manifest was written cannot run either. Entries the manifest marks tampered are skipped and
-logged; broken ones are reported as ``ToolFailure``s so the strike ledger sees them; files in
+logged, and so are broken ones (they never run, so they are no call's failure); files in
 ``live/`` it does not list are ignored and logged. A missing or corrupt manifest means no
 self-coded tools (logged) until the toolbox writes it again: nothing found on disk is offered.
 
@@ -38,7 +38,7 @@ from typing import Any
 
 import structlog
 
-from shelldon.contracts import Tier, ToolDefinition, ToolFailure
+from shelldon.contracts import Tier, ToolDefinition
 from shelldon.proc import sandbox
 from shelldon.toolbox.manifest import (
     MANIFEST_NAME,
@@ -162,7 +162,6 @@ class _Seen:
     raw: bytes
     on_disk: frozenset[str]
     specs: tuple[ToolSpec, ...]
-    failures: tuple[ToolFailure, ...]
 
 
 # The last result in this process. A process that discovers before it forks (the turn actor)
@@ -184,8 +183,8 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def discover(ctx: ToolContext) -> tuple[list[ToolSpec], list[ToolFailure]]:
-    """The live self-coded tools as FREE specs, and the live modules that are broken."""
+def discover(ctx: ToolContext) -> list[ToolSpec]:
+    """The live self-coded tools as FREE specs (broken modules are logged and left out)."""
     with _gc_paused():
         return _discover(ctx)
 
@@ -223,19 +222,19 @@ def _read_inputs(tools_dir: Path) -> tuple[bytes | None, frozenset[str]]:
 _told_off = False
 
 
-def _discover(ctx: ToolContext) -> tuple[list[ToolSpec], list[ToolFailure]]:
+def _discover(ctx: ToolContext) -> list[ToolSpec]:
     global _seen, _told_off  # noqa: PLW0603 - the one-entry cache described above
     tools_dir = live_tools_dir(ctx)
     if tools_dir is None:
-        return [], []
+        return []
     if ctx.selfcoded_off:
         if not _told_off:  # once per process: the start log and doctor say it too
             _told_off = True
             log.warning("selfcoded_tools_off", why=ctx.selfcoded_off)
-        return [], []
+        return []
     raw, on_disk = _read_inputs(tools_dir)
     if raw is None and not on_disk:
-        return [], []  # an empty toolbox (nothing promoted yet): nothing to read, nothing wrong
+        return []  # an empty toolbox (nothing promoted yet): nothing to read, nothing wrong
     seen = _seen
     if (
         seen is not None
@@ -244,19 +243,17 @@ def _discover(ctx: ToolContext) -> tuple[list[ToolSpec], list[ToolFailure]]:
         and seen.on_disk == on_disk
         and seen.tools_dir == tools_dir
     ):
-        return list(seen.specs), list(seen.failures)
+        return list(seen.specs)
     manifest = _load_manifest(tools_dir, raw)
     if manifest is None:
-        return [], []
-    specs, failures = _build(tools_dir, manifest, on_disk)
+        return []
+    specs = _build(tools_dir, manifest, on_disk)
     if raw is not None:
-        _seen = _Seen(tools_dir, raw, on_disk, tuple(specs), tuple(failures))
-    return specs, failures
+        _seen = _Seen(tools_dir, raw, on_disk, tuple(specs))
+    return specs
 
 
-def _build(
-    tools_dir: Path, manifest: Manifest, on_disk: frozenset[str]
-) -> tuple[list[ToolSpec], list[ToolFailure]]:
+def _build(tools_dir: Path, manifest: Manifest, on_disk: frozenset[str]) -> list[ToolSpec]:
     specs: list[ToolSpec] = []
     listed: set[str] = set()
     for entry in manifest.entries:
@@ -269,12 +266,10 @@ def _build(
             log.warning("selfcoded_module_missing", tool=entry.name, file=entry.file)
             continue
         specs.append(_spec(tools_dir, entry))
-    failures: list[ToolFailure] = []
     for broken in manifest.broken:
         listed.add(broken.file)
         if broken.file in on_disk:
             log.warning("selfcoded_module_broken", tool=broken.name, error=broken.error)
-            failures.append(ToolFailure(broken.name, broken.error, self_coded=True))
     for bad in manifest.tampered:
         # Not the approved bytes: never offered, never a strike (the tool did not run).
         listed.add(bad.file)
@@ -282,12 +277,7 @@ def _build(
     unlisted = sorted(on_disk - listed)
     if unlisted:
         log.warning("selfcoded_modules_not_in_manifest", files=unlisted[:20], count=len(unlisted))
-    return specs, failures
-
-
-def specs(ctx: ToolContext) -> list[ToolSpec]:
-    """The live self-coded tools as FREE specs (broken modules are logged and left out)."""
-    return discover(ctx)[0]
+    return specs
 
 
 __all__ = [
@@ -297,6 +287,5 @@ __all__ = [
     "discover",
     "live_tools_dir",
     "load_module",
-    "specs",
     "toolbox_fingerprint",
 ]

@@ -326,7 +326,7 @@ def test_a_stale_approval_taken_while_another_turn_runs_does_not_run_beside_it()
 def test_a_finished_turn_replies_applies_its_ops_strikes_and_frees_the_slot() -> None:
     a = arbiter()
     turn_id = busy_with_a_turn(a)
-    failures = (ToolFailure("weather", "boom", self_coded=True),)
+    failures = (ToolFailure("weather", "boom", "c1"),)
     ops = (Remember("likes tea"), ProposeTool("shout", "code", "test"))
     result = Result(turn_id=turn_id, reply="Done.", ops=ops, tool_failures=failures)
     assert a.on_turn_ended(CHAT, result) == [

@@ -8,9 +8,9 @@ from shelldon.rules.strikes import quarantine_due, quarantined_text, struck
 
 
 def test_a_built_in_failure_earns_no_strike() -> None:
-    mine = ToolFailure("adder", "boom", self_coded=True)
-    builtin = ToolFailure("read_file", "no such file", self_coded=False)
-    assert struck([builtin, mine]) == (mine,)
+    mine = ToolFailure("adder", "boom", "c1")
+    builtin = ToolFailure("read_file", "no such file", "c2")
+    assert struck([builtin, mine], ["adder", "weather"]) == (mine,)
 
 
 def test_the_threshold_quarantines_and_one_strike_fewer_does_not() -> None:

@@ -29,7 +29,7 @@ from shelldon.toolbox.toolbox import Toolbox
 from shelldon.worker.loop import run_turn
 from shelldon.worker.tools import context_from_settings, selfcoded
 from shelldon.worker.tools.registry import Registry, ToolContext, ToolSpec, execute_tool
-from shelldon.worker.tools.selfcoded import MODULE_PREFIX, discover, specs
+from shelldon.worker.tools.selfcoded import MODULE_PREFIX, discover
 from tests.unit.worker.brain import ScriptedBrain, calls, catalogued, say
 from tests.unit.worker.brain import call as brain_call
 
@@ -44,9 +44,7 @@ def ctx(settings: Settings) -> ToolContext:
 
 def registry_with(ctx: ToolContext) -> Registry:
     registry = Registry(ctx)
-    found, failures = discover(ctx)
-    registry.add_all(found)
-    registry.failures.extend(failures)
+    registry.add_all(discover(ctx))
     return registry
 
 
@@ -100,7 +98,7 @@ def test_module_that_fails_to_import_is_a_strike_and_others_still_work(
     result = call(registry, "boom")
     assert not result.ok
     assert "broken at import" in result.content
-    assert [(f.name, f.self_coded) for f in registry.failures] == [("boom", True)]
+    assert [(f.name, f.call_id) for f in registry.failures] == [("boom", "c-boom")]
     assert call(registry, "adder", a=1).content == "2"
     assert not any(m.startswith(MODULE_PREFIX + "boom") for m in sys.modules)
 
@@ -154,15 +152,15 @@ def test_a_live_file_that_is_a_link_or_special_file_is_never_read(
     assert not result.ok and "cannot load adder.py" in result.content
 
 
-def test_an_approved_module_that_breaks_the_convention_is_reported_as_failure(
-    sc: Toolbox, ctx: ToolContext
+def test_an_approved_module_that_breaks_the_convention_is_left_out_and_logged(
+    sc: Toolbox, ctx: ToolContext, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # Not offered, so never called: no call of it failed, and no strike is due (issue 30).
     promote(sc, "adder", ADDER)
     sc.promote("bad", "def run(:\n", expected_hash=code_hash("def run(:\n"))  # no gate here
-    found, failures = discover(ctx)
-    assert [s.name for s in found] == ["adder"]
-    assert [f.name for f in failures] == ["bad"]
-    assert "syntax error" in failures[0].error
+    assert [s.name for s in discover(ctx)] == ["adder"]
+    out = capsys.readouterr().out
+    assert "selfcoded_module_broken" in out and "syntax error" in out
 
 
 def test_a_tampered_tool_is_skipped_and_logged_without_a_strike(
@@ -171,9 +169,7 @@ def test_a_tampered_tool_is_skipped_and_logged_without_a_strike(
     promote(sc, "adder", ADDER)
     (sc.live_dir / "adder.py").write_text(ADDER.replace("a + 1", "a + 2"))
     promote(sc, "other", tool())  # the manifest is rewritten from the store
-    found, failures = discover(ctx)
-    assert [s.name for s in found] == ["other"]
-    assert failures == []
+    assert [s.name for s in discover(ctx)] == ["other"]
     assert "selfcoded_module_tampered" in capsys.readouterr().out
 
 
@@ -182,9 +178,7 @@ def test_file_not_in_manifest_is_ignored(
 ) -> None:
     promote(sc, "adder", ADDER)
     (sc.live_dir / "smuggled.py").write_text(tool())
-    found, failures = discover(ctx)
-    assert [s.name for s in found] == ["adder"]
-    assert failures == []
+    assert [s.name for s in discover(ctx)] == ["adder"]
     assert "selfcoded_modules_not_in_manifest" in capsys.readouterr().out
 
 
@@ -204,10 +198,10 @@ def test_an_unusable_manifest_offers_no_tool_at_all(
         manifest.write_text(json.dumps({"format": 2, "tools": [{"name": 3}], "broken": []}))
     else:
         manifest.write_text(json.dumps({"format": 1, "tools": [], "broken": []}))
-    assert discover(ctx) == ([], [])
+    assert discover(ctx) == []
     assert "selfcoded_manifest_unusable" in capsys.readouterr().out
     sc.reconcile()  # the next start writes it again, from the store
-    assert [s.name for s in specs(ctx)] == ["adder"]
+    assert [s.name for s in discover(ctx)] == ["adder"]
 
 
 def test_manifest_entry_pointing_outside_tools_is_refused(
@@ -220,14 +214,14 @@ def test_manifest_entry_pointing_outside_tools_is_refused(
     data = json.loads(manifest.read_text())
     data["tools"][0]["file"] = "../../../evil.py"
     manifest.write_text(json.dumps(data))
-    found, _ = discover(ctx)
+    found = discover(ctx)
     assert found == []
 
 
 def test_no_tools_dir_means_no_tools(ctx: ToolContext) -> None:
-    assert discover(ctx) == ([], [])
-    assert specs(ctx) == []
-    assert discover(dataclasses.replace(ctx, live_tools=None)) == ([], [])
+    assert discover(ctx) == []
+    assert discover(ctx) == []
+    assert discover(dataclasses.replace(ctx, live_tools=None)) == []
 
 
 @pytest.mark.parametrize(("mode", "fs"), [("off", "auto"), ("best-effort", "none")])
@@ -244,7 +238,7 @@ def test_without_a_filesystem_layer_nothing_is_discovered(
     bare = dataclasses.replace(settings, sandbox=SandboxSettings(mode=mode, fs=fs))
     ctx = context_from_settings(bare)
     assert "self-coded tools are off" in ctx.selfcoded_off
-    assert discover(ctx) == ([], [])
+    assert discover(ctx) == []
     assert "selfcoded_tools_off" in capsys.readouterr().out
 
 
@@ -265,9 +259,9 @@ def test_quarantined_tool_disappears_and_restored_tool_returns(
 ) -> None:
     promote(sc, "adder", ADDER)
     sc.quarantine("adder", "three strikes")
-    assert specs(ctx) == []
+    assert discover(ctx) == []
     sc.restore("adder")
-    assert [s.name for s in specs(ctx)] == ["adder"]
+    assert [s.name for s in discover(ctx)] == ["adder"]
 
 
 def test_a_quarantined_tool_is_never_in_the_catalogue_nor_callable(
@@ -302,7 +296,7 @@ def test_builtin_wins_a_name_collision(sc: Toolbox, ctx: ToolContext) -> None:
     registry = Registry(ctx)
     builtin = ToolDefinition("read_file", "built-in", {"type": "object", "properties": {}})
     registry.add(ToolSpec(builtin, lambda _ctx: "built-in"))
-    registry.add_all(specs(ctx))
+    registry.add_all(discover(ctx))
     assert call(registry, "read_file").content == "built-in"
     assert not registry.specs["read_file"].self_coded
 
@@ -316,24 +310,24 @@ def test_replaced_tool_runs_the_new_code_in_the_same_process(sc: Toolbox, ctx: T
 
 def test_unchanged_toolbox_is_reused_and_any_change_rebuilds(sc: Toolbox, ctx: ToolContext) -> None:
     promote(sc, "adder", ADDER)
-    first = specs(ctx)
-    assert specs(ctx)[0] is first[0]  # same manifest bytes, same files: nothing rebuilt
+    first = discover(ctx)
+    assert discover(ctx)[0] is first[0]  # same manifest bytes, same files: nothing rebuilt
     promote(sc, "other", tool())
-    second = specs(ctx)
+    second = discover(ctx)
     assert [s.name for s in second] == ["adder", "other"]
     assert second[0] is not first[0]
     (sc.live_dir / "stray.py").write_text(tool())  # a new file alone also triggers a rebuild
-    assert specs(ctx)[0] is not second[0]
+    assert discover(ctx)[0] is not second[0]
 
 
 def test_worker_forked_after_discovery_inherits_the_result(sc: Toolbox, ctx: ToolContext) -> None:
     promote(sc, "adder", ADDER)
-    parent = specs(ctx)
+    parent = discover(ctx)
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the worker: one answer, then out without running pytest's teardown
         try:
-            child = specs(ctx)
+            child = discover(ctx)
             os.write(write_end, b"same" if child[0] is parent[0] else b"rebuilt")
         finally:
             os._exit(0)

@@ -317,15 +317,13 @@ def test_story_propose_gate_promote_call_quarantine_restore(
     # Called in this (unconfined) process: the worker's check of its own layer is off here.
     ctx = dataclasses.replace(context_from_settings(settings), require_fs_layer=False)
     registry = Registry(ctx)
-    found, failures = discover(ctx)  # the next turn's worker
-    registry.add_all(found)
-    assert failures == []
+    registry.add_all(discover(ctx))  # the next turn's worker
     result = execute_tool(registry, ToolCall("c1", "adder", {"a": 1}))
     assert (result.ok, result.content) == (True, "2")
     failed = execute_tool(registry, ToolCall("c2", "adder", {"a": "x"}))  # schema refuses
     assert not failed.ok and registry.failures == []  # a bad argument is not the tool's fault
 
     sc.quarantine("adder", "3 strikes: TypeError")
-    assert discover(ctx) == ([], [])
+    assert discover(ctx) == []
     sc.restore("adder")
-    assert [s.name for s in discover(ctx)[0]] == ["adder"]
+    assert [s.name for s in discover(ctx)] == ["adder"]

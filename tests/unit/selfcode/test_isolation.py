@@ -37,9 +37,7 @@ def ctx(settings: Settings) -> ToolContext:
 def live(sc: Toolbox, ctx: ToolContext, name: str, code: str) -> Registry:
     promote(sc, name, code)
     registry = Registry(ctx)
-    found, failures = discover(ctx)
-    registry.add_all(found)
-    registry.failures.extend(failures)
+    registry.add_all(discover(ctx))
     return registry
 
 
@@ -120,7 +118,7 @@ def test_a_raise_reads_as_before_and_is_a_strike(sc: Toolbox, ctx: ToolContext) 
     assert not result.ok
     assert "ZeroDivisionError: division by zero" in result.content
     (failure,) = registry.failures
-    assert failure.name == "divider" and failure.self_coded
+    assert (failure.name, failure.call_id) == ("divider", "c-divider")
     assert failure.error == "ZeroDivisionError: division by zero"
 
 

@@ -33,8 +33,7 @@ ADDER2_TEST = ADDER_TEST.replace('== "2"', '== "3"')
 def live_registry(settings: Settings) -> Registry:
     ctx: ToolContext = dataclasses.replace(context_from_settings(settings), require_fs_layer=False)
     registry = Registry(ctx)
-    found, _failures = discover(ctx)
-    registry.add_all(found)
+    registry.add_all(discover(ctx))
     return registry
 
 
