@@ -212,3 +212,15 @@ shelldon is installed${PREFIX:+ under $PREFIX}. Next:
   4. start it:                        sudo systemctl start shelldon
   5. check it:                        sudo shelldon doctor
 EOF
+
+# A stock Raspberry Pi kernel has the memory cgroup controller off: say what that costs.
+if awk '$1 == "memory" && $4 == "0" { off = 1 } END { exit !off }' \
+  "${SHELLDON_PROC_CGROUPS:-/proc/cgroups}" 2>/dev/null; then
+  cat <<'EOF'
+
+Note: this kernel has the memory cgroup controller off, so the unit's MemoryMax/MemoryHigh
+and the per-turn memory cap do nothing; each worker, gate run and tool child is bounded by
+RLIMIT_AS only (sized to this board). To turn it on, add cgroup_enable=memory to the one
+line of /boot/firmware/cmdline.txt, then reboot.
+EOF
+fi

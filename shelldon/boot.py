@@ -33,8 +33,9 @@ def _logs_to_file(settings: Settings) -> Path:
     return path
 
 
-def _start(settings: Settings, actor: str) -> Any:
-    """Logging, the worker zygote, then secrets; returns the zygote.
+def _start(settings: Settings, actor: str) -> tuple[Settings, Any]:
+    """Logging, the worker zygote, then secrets; returns the settings in force (the memory
+    fallback applied) and the zygote.
 
     Nothing of the actor runtime is imported yet: the zygote, which forks every worker, is the
     service's first fork. It never holds a credential (the environment's secrets arrive through
@@ -47,8 +48,11 @@ def _start(settings: Settings, actor: str) -> Any:
 
     prepare_home(settings)
     configure_logging(actor=actor, home=settings.home)
-    from shelldon.proc.sandbox import forbid_dumps
+    from shelldon.proc.sandbox import forbid_dumps, with_memory_fallback
     from shelldon.toolbox.legacy import prepare_toolbox
+
+    # Without a cgroup to cap a turn's memory, RLIMIT_AS is sized to this device instead.
+    settings = with_memory_fallback(settings)
 
     # The toolbox and its manifest, from the store, before any worker can read them.
     prepare_toolbox(settings)
@@ -64,7 +68,7 @@ def _start(settings: Settings, actor: str) -> Any:
 
     # Before anything else forks: no actor, worker or child may inherit a secret variable.
     take_env_secrets()
-    return zygote
+    return settings, zygote
 
 
 def _refused(settings: Settings, transport: str, zygote: Any, *, tell: bool) -> int | None:
@@ -94,7 +98,7 @@ def _refused(settings: Settings, transport: str, zygote: Any, *, tell: bool) -> 
 
 def boot_telegram(settings: Settings) -> int:
     """Start the service with the Telegram transport and run it; its exit status."""
-    zygote = _start(settings, "main")
+    settings, zygote = _start(settings, "main")
     # Under systemd stderr is the journal too: the JSON log line alone says it there.
     refused = _refused(settings, "telegram", zygote, tell=sys.stderr.isatty())
     if refused is not None:
@@ -120,7 +124,7 @@ def boot_console(
     prepare_home(settings)
     fds = _console_fds()
     log_path = _logs_to_file(settings)
-    zygote = _start(settings, "main")
+    settings, zygote = _start(settings, "main")
     if check:
         refused = _refused(settings, "console", zygote, tell=True)
         if refused is not None:

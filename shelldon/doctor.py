@@ -85,6 +85,42 @@ def _landlock_check() -> Check:
     return Check("landlock", False, "not available (other sandbox layers are used)", False)
 
 
+def _sandbox_checks(settings: Settings) -> list[Check]:
+    checks = []
+    for name, active, detail in sandbox.describe(settings):
+        check = Check(f"sandbox {name}", active, detail)
+        # doctor runs outside the unit: what counts is the running service's subtree.
+        if name == "cgroup per turn" and not active and SERVICE_TURNS.is_dir():
+            check = Check(check.name, True, f"{SERVICE_TURNS} (the running service's)")
+        if name == "memory cap" and not active and _service_turns_capped():
+            check = Check(check.name, True, f"cgroup memory.max per turn under {SERVICE_TURNS}")
+        # A layer is required only where [sandbox] mode = required demands it at start.
+        checks.append(dataclasses.replace(check, required=sandbox.required_layer(settings, name)))
+    return checks
+
+
+def _service_turns_capped() -> bool:
+    try:
+        return "memory" in (SERVICE_TURNS / "cgroup.subtree_control").read_text().split()
+    except OSError:
+        return False
+
+
+def _memory_controller_check(settings: Settings) -> Check:
+    """The kernel's memory cgroup controller: without it the unit's MemoryMax and MemoryHigh
+    and every per-turn memory.max do nothing (a failure only where ``[sandbox] mode`` is
+    ``required``: the owner asked for strict checks)."""
+    if sandbox.kernel_memory_controller():
+        return Check("memory controller", True, "on: MemoryMax and per-turn memory.max apply")
+    return Check(
+        "memory controller",
+        False,
+        "off in the kernel: the unit's MemoryMax/MemoryHigh and the per-turn memory cap do "
+        f"nothing, only RLIMIT_AS bounds a turn; {sandbox.CMDLINE_FIX}",
+        required=settings.sandbox.mode == "required",
+    )
+
+
 def _rlimit_check(settings: Settings) -> Check:
     wanted = {
         "RLIMIT_AS": (resource.RLIMIT_AS, settings.limits.rlimit_as_mb * 1024 * 1024),
@@ -373,14 +409,11 @@ def gather_checks(
         )
     )
     checks.append(_landlock_check())
-    for name, active, detail in sandbox.describe(settings):
-        check = Check(f"sandbox {name}", active, detail)
-        if name == "cgroup per turn" and not active and SERVICE_TURNS.is_dir():
-            # doctor runs outside the unit: what counts is the running service's subtree.
-            check = Check(check.name, True, f"{SERVICE_TURNS} (the running service's)")
-        # A layer is required only where [sandbox] mode = required demands it at start.
-        checks.append(dataclasses.replace(check, required=sandbox.required_layer(settings, name)))
-    checks.append(_rlimit_check(settings))
+    checks.extend(_sandbox_checks(settings))
+    checks.append(_memory_controller_check(settings))
+    # The cap the service gives its workers: the configured one where a cgroup caps turns.
+    in_force = settings if _service_turns_capped() else sandbox.with_memory_fallback(settings)
+    checks.append(_rlimit_check(in_force))
     checks.append(selfcoded_check(settings))
     toolbox = toolbox_check(settings)
     if toolbox is not None:

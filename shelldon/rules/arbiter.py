@@ -284,7 +284,7 @@ class Arbiter:
             ops.append(op)
         # The owner reads a parked call's question once, on its card; the conversation keeps it
         # in the parent's own words, so the model knows next turn what it asked.
-        said = turn_reply(result.reply, ops)
+        said = turn_reply(result.reply, ops, result.tool_failures)
         if said.text:
             effects.append(fx.Say(chat_id, said.text, said.markdown_chars))
         recorded = "\n\n".join(filter(None, [result.reply, *asked]))

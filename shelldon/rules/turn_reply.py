@@ -10,12 +10,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from shelldon.contracts import Op, Remember, RequestToolApproval
+from shelldon.contracts import Op, Remember, RequestToolApproval, ToolFailure
 from shelldon.replies import describe_call
 from shelldon.rules.replies import approval_question
 
 REMEMBER_NOTE = "📝 I'll remember: "
 """How a fact the turn stored is shown to the owner (followed by the fact, as stored)."""
+
+MEMORY_NOTE = "🧠 My tool {name} ran out of memory: it needed more than one turn may have."
+"""Told once per tool whose call failed for want of memory (its address-space cap)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,10 +44,17 @@ def remember_notes(ops: Iterable[Op]) -> list[str]:
     return [REMEMBER_NOTE + one_line(fact) for fact in facts]
 
 
-def turn_reply(reply: str, ops: Iterable[Op]) -> TurnReply:
-    """The owner's reply for a turn that said ``reply`` and ends with ``ops`` (those that will
-    be applied). A parked call's question, when the reply ends with it, is kept literal: it is
-    built from the call itself, and Markdown must not restyle a command line."""
+def memory_notes(failures: Iterable[ToolFailure]) -> list[str]:
+    """One note per tool whose call ran out of memory, whatever the model made of it."""
+    names = dict.fromkeys(f.name for f in failures if f.error.startswith("MemoryError"))
+    return [MEMORY_NOTE.format(name=name) for name in names]
+
+
+def turn_reply(reply: str, ops: Iterable[Op], failures: Iterable[ToolFailure] = ()) -> TurnReply:
+    """The owner's reply for a turn that said ``reply``, ends with ``ops`` (those that will be
+    applied) and had ``failures`` (those charged). A parked call's question, when the reply
+    ends with it, is kept literal: it is built from the call itself, and Markdown must not
+    restyle a command line."""
     ops = tuple(ops)
     lead, question = reply, ""
     for op in ops:
@@ -53,7 +63,8 @@ def turn_reply(reply: str, ops: Iterable[Op]) -> TurnReply:
             if reply.endswith(asked):
                 lead, question = reply[: -len(asked)].rstrip(), asked
             break
-    literal = "\n\n".join([*remember_notes(ops), *([question] if question else [])])
+    notes = [*memory_notes(failures), *remember_notes(ops)]
+    literal = "\n\n".join([*notes, *([question] if question else [])])
     if not literal:
         return TurnReply(lead, len(lead))
     text = f"{lead}\n\n{literal}" if lead else literal

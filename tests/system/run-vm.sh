@@ -2,11 +2,13 @@
 # Run the system tests (tests/system) in the Debian bookworm VM, under real systemd, on the
 # product as deploy/install.sh installed it. On the host, as root:
 #
-#   tests/system/run-vm.sh [--pi] [--smoke] [--rebuild]
+#   tests/system/run-vm.sh [--pi] [--smoke] [--memory-off] [--rebuild]
 #
-#   --pi       boot without Landlock, as Raspberry Pi OS's kernel (run.sh --pi)
-#   --smoke    only the tests marked smoke (install, READY, a turn, a tool, a restart): CI
-#   --rebuild  build the image again even if it is there and current
+#   --pi          boot without Landlock, as Raspberry Pi OS's kernel (run.sh --pi)
+#   --smoke       only the tests marked smoke (install, READY, a turn, a tool, a restart): CI
+#   --memory-off  boot with 512 MB and cgroup_disable=memory, as a stock Raspberry Pi kernel
+#                 without cgroup_enable=memory, and run test_06_memory_off.py there
+#   --rebuild     build the image again even if it is there and current
 #
 # The image is built with ../shared/vm/build.sh (beside this repository; else /work/shared) in
 # $SHELLDON_VM_WORKDIR (default /var/tmp/shelldon-vm) when it is missing, when --rebuild, or when
@@ -16,13 +18,14 @@
 # time of the build, of boot + suite and of the suite alone; exits with the suite's status.
 set -euo pipefail
 
-PI=() MARK=() REBUILD=0
+PI=() MARK=() REBUILD=0 MEMORY_OFF=0 OFF="" TESTS=tests/system
 for arg in "$@"; do
   case "$arg" in
     --pi) PI=(--pi) ;;
     --smoke) MARK=(-m smoke) ;;
+    --memory-off) MEMORY_OFF=1 OFF=", memory off" TESTS=tests/system/test_06_memory_off.py ;;
     --rebuild) REBUILD=1 ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run-vm.sh: unknown argument $arg" >&2; exit 2 ;;
   esac
 done
@@ -69,20 +72,41 @@ fi
 # pyproject's addopts has -q; -rA shows what each test printed (its measurements); no colour
 # codes in a log read on the serial console.
 inner='t0=$(date +%s.%N)
-SHELLDON_SYSTEM_TESTS=1 .venv/bin/python -m pytest tests/system -vv -rA --durations=0 --color=no '"${MARK[*]}"' </dev/null
+SHELLDON_SYSTEM_TESTS=1 .venv/bin/python -m pytest '"$TESTS"' -vv -rA --durations=0 --color=no '"${MARK[*]}"' </dev/null
 rc=$?
 echo "SYSTEM-SUITE-SECONDS $(awk -v a="$t0" -v b="$(date +%s.%N)" "BEGIN { printf \"%.0f\", b - a }")"
 exit $rc'
+# run.sh's boot with the board's memory and a kernel command line of our own: 512 MB, and the
+# memory controller off as a stock Raspberry Pi kernel has it (run.sh offers neither).
+boot_memory_off() {
+  printf '%q ' "$@" >"$W/root/root/vm-command"
+  rm -f "$W/disk.img"; truncate -s 6G "$W/disk.img"; mkfs.ext4 -q -F -d "$W/root" "$W/disk.img"
+  timeout "${SHELLDON_VM_TIMEOUT:-5400}" qemu-system-x86_64 -accel tcg,thread=multi -cpu max \
+    -smp 2 -m 512 -nographic -no-reboot -nic none -kernel "$W/vmlinuz" -initrd "$W/initrd" \
+    -drive file="$W/disk.img",if=virtio,format=raw \
+    -append "root=/dev/vda rw console=ttyS0 edd=off quiet systemd.show_status=0 cgroup_disable=memory" \
+    >"$W/serial.log" 2>&1 || true
+  tr -d '\r' <"$W/serial.log" | sed -n '/VM-START$/,/^VM-EXIT rc=/p' | sed '1d'
+  local code
+  code=$(tr -d '\r' <"$W/serial.log" | sed -n 's/^VM-EXIT rc=\([0-9]*\)$/\1/p' | tail -1)
+  [ -n "$code" ] || { echo "the VM did not finish the command; see $W/serial.log"; return 124; }
+  return "$code"
+}
+
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 started=$SECONDS
 set +e
-"$VM/run.sh" "${PI[@]}" --workdir "$W" --timeout "${SHELLDON_VM_TIMEOUT:-5400}" -- bash -c "$inner" \
-  | tee "$log"
+if [ "$MEMORY_OFF" = 1 ]; then
+  boot_memory_off bash -c "$inner" | tee "$log"
+else
+  "$VM/run.sh" "${PI[@]}" --workdir "$W" --timeout "${SHELLDON_VM_TIMEOUT:-5400}" -- bash -c "$inner" \
+    | tee "$log"
+fi
 rc=${PIPESTATUS[0]}
 set -e
 run_s=$((SECONDS - started))
 suite_s=$(sed -n 's/^SYSTEM-SUITE-SECONDS \([0-9]*\)$/\1/p' "$log" | tail -1)
-echo "run-vm.sh: ${PI[*]:-default kernel}${MARK[*]:+, smoke}: build ${build_s} s, boot + suite ${run_s} s" \
+echo "run-vm.sh: ${PI[*]:-default kernel}${MARK[*]:+, smoke}${OFF}: build ${build_s} s, boot + suite ${run_s} s" \
   "(suite ${suite_s:-?} s, so boot and power-off ~$((run_s - ${suite_s:-0})) s); exit $rc"
 exit "$rc"

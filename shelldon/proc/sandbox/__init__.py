@@ -49,6 +49,11 @@ from shelldon.proc.sandbox.confinement import (
 )
 from shelldon.proc.sandbox.dumpable import drop_capabilities, dumpable, forbid_dumps
 from shelldon.proc.sandbox.landlock import Rulesets, landlock_abi
+from shelldon.proc.sandbox.memory import (
+    CMDLINE_FIX,
+    kernel_memory_controller,
+    with_memory_fallback,
+)
 from shelldon.proc.sandbox.paths import allowed_paths
 from shelldon.proc.sandbox.pidns import pidns_available
 from shelldon.proc.sandbox.plan import (
@@ -84,6 +89,9 @@ __all__ = [
     "forbid_dumps",
     "Rulesets",
     "landlock_abi",
+    "CMDLINE_FIX",
+    "kernel_memory_controller",
+    "with_memory_fallback",
     "allowed_paths",
     "Confinement",
     "prepare_call",

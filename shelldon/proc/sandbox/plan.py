@@ -12,6 +12,7 @@ import structlog
 from shelldon.config import SandboxSettings, Settings
 from shelldon.proc.sandbox.cgroup import cgroup_parent
 from shelldon.proc.sandbox.landlock import landlock_abi
+from shelldon.proc.sandbox.memory import memory_cap_line
 from shelldon.proc.sandbox.pidns import pidns_available
 from shelldon.proc.sandbox.policy import FS_LAYERS, SandboxError
 from shelldon.proc.sandbox.seccomp import _libseccomp, _seccomp_kernel
@@ -86,9 +87,9 @@ def required_layer(settings: Settings, name: str) -> bool:
     return settings.sandbox.mode == "required" and name in ("seccomp", "filesystem layer")
 
 
-def describe(settings: Settings | None = None) -> list[tuple[str, bool, str]]:
+def describe(settings: Settings) -> list[tuple[str, bool, str]]:
     """One (name, active, detail) line per layer, for ``shelldon doctor`` and the start log."""
-    sandbox = settings.sandbox if settings is not None else SandboxSettings()
+    sandbox = settings.sandbox
     p = plan(sandbox)
     on = p.mode != "off"
     abi = landlock_abi()
@@ -138,7 +139,12 @@ def describe(settings: Settings | None = None) -> list[tuple[str, bool, str]]:
         )
     )
     parent = cgroup_parent(sandbox) if on else None
-    lines.append(("cgroup per turn", parent is not None, _cgroup_detail(parent, p)))
+    capped, memory = memory_cap_line(settings)
+    detail = _cgroup_detail(parent, p)
+    if parent is not None and not capped:
+        detail += " (pids and cgroup.kill only: no memory controller)"
+    lines.append(("cgroup per turn", parent is not None, detail))
+    lines.append(("memory cap", capped, memory))
     return lines
 
 

@@ -190,3 +190,25 @@ def test_an_upgrade_replaces_the_code_copy_and_works_from_it(tmp_path: Path) -> 
     # Re-running the installed copy's own script (as the README's upgrade path may) keeps it.
     sh(root / SRC / "deploy" / "install.sh", "--prefix", str(root), "--skip-venv")
     assert (root / SRC / "pyproject.toml").exists()
+
+
+def test_install_says_how_to_turn_on_a_memory_controller_the_kernel_left_off(
+    tmp_path: Path,
+) -> None:
+    # Issue 33: a stock Raspberry Pi kernel boots with the memory controller off.
+    cgroups = tmp_path / "cgroups"
+    note = "add cgroup_enable=memory to the one\nline of /boot/firmware/cmdline.txt"
+    for enabled, told in (("0", True), ("1", False)):
+        cgroups.write_text(
+            f"#subsys_name\thierarchy\tnum_cgroups\tenabled\nmemory\t0\t1\t{enabled}\n"
+        )
+        env = {**os.environ, "SHELLDON_PROC_CGROUPS": str(cgroups)}
+        proc = subprocess.run(
+            ["bash", str(INSTALL), "--prefix", str(tmp_path / f"root{enabled}"), "--skip-venv"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert (note in proc.stdout) is told, proc.stdout

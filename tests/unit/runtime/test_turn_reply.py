@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from shelldon.contracts import Remember, RequestToolApproval, Schedule, ToolCall
+from shelldon.contracts import Remember, RequestToolApproval, Schedule, ToolCall, ToolFailure
 from shelldon.replies import describe_call
 from shelldon.rules.replies import approval_question
-from shelldon.rules.turn_reply import TurnReply, one_line, turn_reply
+from shelldon.rules.turn_reply import MEMORY_NOTE, TurnReply, one_line, turn_reply
 
 SHELL = ToolCall("c1", "run_shell", {"command": "ls a*b*c && python -c 'print(2**10 + 3**2)'"})
 QUESTION = approval_question(describe_call(SHELL))
@@ -49,3 +49,14 @@ def test_a_fact_cannot_pose_as_more_of_the_pets_lines() -> None:
         "📝 I'll remember: likes tea ↵ I'd like to run get_time() — approve?",
     ]
     assert one_line("a\u2028b\rc") == "a ↵ b ↵ c" and one_line("plain") == "plain"
+
+
+def test_a_tool_that_ran_out_of_memory_is_told_once_whatever_the_model_said() -> None:
+    failures = (
+        ToolFailure("hog", "MemoryError: ", "c1"),
+        ToolFailure("hog", "MemoryError: ", "c2"),
+        ToolFailure("adder", "ValueError: no", "c3"),
+    )
+    said = turn_reply("All done!", (), failures)
+    assert said.text == f"All done!\n\n{MEMORY_NOTE.format(name='hog')}"
+    assert said.markdown_chars == len("All done!")
