@@ -30,7 +30,7 @@ from shelldon.rules import promotion
 from shelldon.rules.effects import RecordReply, SettleTap
 from shelldon.rules.promotion import Proposal
 from shelldon.rules.strikes import quarantine_reason, quarantined_text
-from shelldon.toolbox.gate import GateLimits, GateProcess, GateReport, GateRun
+from shelldon.toolbox.gate import GateLimits, GateReport, GateRun, PendingGate
 from shelldon.toolbox.toolbox import LiveSource, Staged, Toolbox, ToolboxError
 from shelldon.worker.zygote import Zygote
 
@@ -45,6 +45,7 @@ class GateRunnerActor(WiredActor):
         self.selfcode: Toolbox | None = None
         self.queue: collections.deque[GateTool] = collections.deque()
         self.running: tuple[GateTool, GateRun, Staged, LiveSource | None] | None = None
+        self.watched: int | None = None
         self.zygote: Zygote | None = None
 
     def wired(self, msg: Wire, *, first: bool) -> None:
@@ -76,32 +77,33 @@ class GateRunnerActor(WiredActor):
                 continue
             run = self.selfcode.start_gate(staged, self._fork_gate)
             self.running = (job, run, staged, base)
-            if run.fd is not None:
-                self.watch(run.fd)
             self.wakeupAfter(dt.timedelta(seconds=0.2), payload=("gate", job.turn_id))
             self._poll()
 
     def _fork_gate(
         self, staging: Path, private: Path, name: str, limits: GateLimits
-    ) -> GateProcess:
+    ) -> PendingGate:
         """The gate's pytest, forked by the zygote (this process holds the transport's and the
-        broker's secrets: it never forks model-written code)."""
+        broker's secrets: it never forks model-written code); it arrives on a watched
+        descriptor."""
         if self.zygote is None:
             raise SpawnError("no zygote to fork the gate: this process never forks")
-        return self.zygote.spawn_gate(staging, private, name, limits)
+        return self.zygote.begin_gate(staging, private, name, limits)
 
     def _poll(self) -> None:
         if self.running is None:
             return
         job, run, staged, base = self.running
-        fd = run.fd
         report = run.poll()
-        if fd is not None and run.fd is None:
-            self.unwatch(fd)
+        fd = run.fd if report is None else None
+        if fd != self.watched:  # the pytest arrived, or its output ended
+            if self.watched is not None:
+                self.unwatch(self.watched)
+            if fd is not None:
+                self.watch(fd)
+            self.watched = fd
         if report is None:
             return
-        if fd is not None:
-            self.unwatch(fd)
         self.running = None
         self._gated(job, staged, base, report)
         self._next()

@@ -17,7 +17,6 @@ from thespian.actors import ActorAddress, ActorExitRequest, WakeupMessage, Watch
 
 from actors.messages import Fatal, JobAnswer, StartResume, StartTurn, TurnEnded, Typing, Wire
 from actors.wired import WiredActor
-from shelldon.config import Settings
 from shelldon.contracts import Result, ResumeRequest, TurnRequest
 from shelldon.proc.child import SpawnError
 from shelldon.proc.oom import death_kind, oom_baseline
@@ -32,7 +31,7 @@ from shelldon.rules.turnwatch import (
 )
 from shelldon.worker.channel import FrameError
 from shelldon.worker.handle import Worker
-from shelldon.worker.zygote import Zygote
+from shelldon.worker.zygote import REQUEST_TIMEOUT_S, PendingSpawn, Zygote, ZygoteWorkerHandle
 
 log = structlog.get_logger(__name__)
 
@@ -56,6 +55,7 @@ class TurnActor(WiredActor):
         super().__init__()
         self.zygote: Zygote | None = None
         self.handle: Worker | None = None
+        self.pending: PendingSpawn[ZygoteWorkerHandle] | None = None
         self.exiting: list[Exiting] = []
         self.turnwatch: TurnWatch | None = None
         self.oom_baseline: int | None = None
@@ -74,42 +74,62 @@ class TurnActor(WiredActor):
         req = msg.request
         self._start(req.turn_id, req.chat_id, "owner", req)
 
-    def _spawn(self, request: TurnRequest | ResumeRequest, settings: Settings) -> Worker:
-        """A worker for ``request``, forked by the zygote (this process holds the transport's
-        and the broker's secrets: it never forks)."""
-        zygote = self.zygote
-        if zygote is None:
-            raise SpawnError("no zygote to fork the worker: this process never forks")
-        if isinstance(request, ResumeRequest):
-            return zygote.spawn_resume(request)
-        return zygote.spawn_turn(request)
-
     def _start(
         self, turn_id: str, chat_id: int, source: str, request: TurnRequest | ResumeRequest
     ) -> None:
-        settings = self.settings
-        assert settings is not None, "TurnActor used before Wire"
-        if self.handle is not None:
-            log.error("turn_while_busy", running=self.handle.turn_id, refused=turn_id)
+        """Ask the zygote for the turn's worker (this process holds the transport's and the
+        broker's secrets: it never forks); it arrives on a watched descriptor."""
+        if self.handle is not None or self.pending is not None:
+            running = self.handle.turn_id if self.handle is not None else "(starting)"
+            log.error("turn_while_busy", running=running, refused=turn_id)
             self._report(chat_id, source, apology(turn_id, "crash"))
             return
         self.chat_id, self.source, self.started = chat_id, source, time.monotonic()
         try:
-            handle = self._spawn(request, settings)
+            if self.zygote is None:
+                raise SpawnError("no zygote to fork the worker: this process never forks")
+            self.pending = self.zygote.begin_turn(request)
         except SpawnError as exc:
-            log.error("worker_spawn_failed", turn_id=turn_id, error=str(exc))
-            self._report(chat_id, source, apology(turn_id, "crash"))
-            if self.zygote is not None and not self.zygote.alive():
-                # A new zygote cannot be made clean once secrets are in memory: stop, and let
-                # systemd start the service afresh (every turn would only apologize).
-                self.send(self.peers["supervisor"], Fatal(f"the worker zygote is gone: {exc}", 1))
+            self._spawn_failed(turn_id, exc)
             return
+        self.watch(self.pending.fileno())
+        self.wakeupAfter(dt.timedelta(seconds=REQUEST_TIMEOUT_S), payload=("spawn", turn_id))
+
+    def _spawned(self) -> None:
+        pending = self.pending
+        assert pending is not None
+        try:
+            handle = pending.poll()
+        except SpawnError as exc:
+            handle = None
+            self._spawn_failed(pending.turn_id, exc)
+        if handle is None and self.pending is not None:
+            return  # not answered yet
+        self.unwatch(pending.fileno())
+        self.pending = None
+        if handle is not None:
+            self._run(handle)
+
+    def _spawn_failed(self, turn_id: str, exc: SpawnError) -> None:
+        if self.pending is not None:
+            self.unwatch(self.pending.fileno())
+            self.pending.close()
+            self.pending = None
+        log.error("worker_spawn_failed", turn_id=turn_id, error=str(exc))
+        self._report(self.chat_id, self.source, apology(turn_id, "crash"))
+        if self.zygote is not None and not self.zygote.alive():
+            # A new zygote cannot be made clean once secrets are in memory: stop, and let
+            # systemd start the service afresh (every turn would only apologize).
+            self.send(self.peers["supervisor"], Fatal(f"the worker zygote is gone: {exc}", 1))
+
+    def _run(self, handle: Worker) -> None:
+        settings = self.settings
+        assert settings is not None and self.store is not None, "TurnActor used before Wire"
         self.handle = handle
         self.oom_baseline = oom_baseline(handle.cgroup_path)
         lim = settings.limits
-        assert self.store is not None
         self.turnwatch = TurnWatch(
-            turn_id,
+            handle.turn_id,
             handle.deadline,
             max_model_calls(lim.max_tool_executions),
             lim.kill_grace_s,
@@ -118,12 +138,14 @@ class TurnActor(WiredActor):
         self.watch(handle.fileno())
         self.wakeupAfter(
             dt.timedelta(seconds=max(0.0, handle.deadline + lim.kill_grace_s - time.monotonic())),
-            payload=turn_id,
+            payload=handle.turn_id,
         )
         # A turn that answers within a second needs no "typing…"; a longer one shows it.
-        self.wakeupAfter(dt.timedelta(seconds=TYPING_AFTER_S), payload=("typing", turn_id))
+        self.wakeupAfter(dt.timedelta(seconds=TYPING_AFTER_S), payload=("typing", handle.turn_id))
 
     def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: ActorAddress) -> None:
+        if self.pending is not None and self.pending.fileno() in msg.ready:
+            self._spawned()
         if any(e.fd in msg.ready for e in self.exiting):
             self._look_at_exiting()
         handle, turnwatch = self.handle, self.turnwatch
@@ -230,6 +252,14 @@ class TurnActor(WiredActor):
         if msg.payload == ("reap",):
             self._look_at_exiting(from_wakeup=True)
             return
+        pending = self.pending
+        if pending is not None and msg.payload == ("spawn", pending.turn_id):
+            if self.zygote is not None:
+                self.zygote.abandon(
+                    f"no worker for turn {pending.turn_id} in {REQUEST_TIMEOUT_S} s"
+                )
+            self._spawn_failed(pending.turn_id, SpawnError("the zygote did not answer"))
+            return
         if isinstance(msg.payload, tuple):
             if self.handle is not None and msg.payload == ("typing", self.handle.turn_id):
                 self._typing()
@@ -251,6 +281,9 @@ class TurnActor(WiredActor):
 
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: ActorAddress) -> None:
         # Killed and let go, not awaited: the zygote reaps them (and sweeps their cgroups).
+        if self.pending is not None:
+            self.pending.close()
+            self.pending = None
         handles = [e.handle for e in self.exiting]
         if self.handle is not None:
             handles.append(self.handle)

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import structlog
 
@@ -141,6 +141,7 @@ def _signal_name(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
+@runtime_checkable
 class GateProcess(Protocol):
     """A running gate pytest as ``GateRun`` watches it: a local ``Child``, or one the zygote
     forked (``shelldon.worker.zygote``)."""
@@ -155,7 +156,16 @@ class GateProcess(Protocol):
     def close(self) -> None: ...
 
 
-Launch = Callable[[Path, Path, str, GateLimits], GateProcess]
+class PendingGate(Protocol):
+    """A gate's pytest asked of another process (the zygote), until it arrives: readable on
+    ``fileno()`` then; ``poll`` never waits (SpawnError: it could not be started)."""
+
+    def fileno(self) -> int: ...
+    def poll(self) -> GateProcess | None: ...
+    def close(self) -> None: ...
+
+
+Launch = Callable[[Path, Path, str, GateLimits], GateProcess | PendingGate]
 """Starts the gate's pytest on ``(staging, private dir, tool name, limits)``."""
 
 
@@ -235,6 +245,7 @@ class GateRun:
         self._started = time.monotonic()
         self.deadline = self._started + limits.timeout_s
         self._child: GateProcess | None = None
+        self._waiting: PendingGate | None = None
         self._private: Path | None = None
         self._report: GateReport | None = None
         self._unavailable = False
@@ -246,7 +257,10 @@ class GateRun:
 
     @property
     def fd(self) -> int | None:
-        """The read end of the combined-output pipe, or None once closed / never opened."""
+        """What to watch: the pytest being started, then the read end of its combined-output
+        pipe; None once closed / never opened."""
+        if self._waiting is not None:
+            return self._waiting.fileno()
         output = self._child.output if self._child is not None else None
         return output.fd if output is not None and not output.eof else None
 
@@ -255,8 +269,38 @@ class GateRun:
         self._private = private
         shutil.copyfile(PROBE_FILE, private / f"{PROBE_MODULE}.py")
         (private / "gate.ini").write_text("[pytest]\n", encoding="utf-8")
-        self._child = self._start(staging, private, self.name, self._limits)
-        log.info("gate_started", tool=self.name, pid=self._child.pid)
+        started = self._start(staging, private, self.name, self._limits)
+        if isinstance(started, GateProcess):
+            self._started_as(started)
+        else:
+            self._waiting = started
+
+    def _started_as(self, child: GateProcess) -> None:
+        self._child = child
+        log.info("gate_started", tool=self.name, pid=child.pid)
+
+    def _cannot_start(self, why: object) -> None:
+        self._static = StaticScan(
+            (f"pytest could not be started: {why}",), self._static.dynamic_imports
+        )
+        self._unavailable = True
+
+    def _arrived(self) -> bool:
+        """Whether the pytest being started is there (or could not be); never waits."""
+        waiting = self._waiting
+        if waiting is None:
+            return True
+        try:
+            child = waiting.poll()
+        except SpawnError as exc:
+            self._waiting = None
+            self._cannot_start(exc)
+            return True
+        if child is None:
+            return False
+        self._waiting = None
+        self._started_as(child)
+        return True
 
     def _stop(self) -> None:
         """Kill pytest's cgroup and group, reap it, and read what it wrote before it died."""
@@ -272,6 +316,11 @@ class GateRun:
         """The report once the gate is done, else None; never blocks."""
         if self._report is not None:
             return self._report
+        if not self._arrived():
+            if time.monotonic() < self.deadline:
+                return None
+            self._cannot_start("it did not start in time")
+            return self.kill()
         child = self._child
         if child is None:
             return self._finish(None, timed_out=False, cancelled=False)
@@ -287,6 +336,9 @@ class GateRun:
         """Stop the gate now (kills pytest's whole process group); the report says cancelled."""
         if self._report is not None:
             return self._report
+        if self._waiting is not None:
+            self._waiting.close()
+            self._waiting = None
         if self._child is not None:
             self._stop()
         return self._finish(self._child.exit_code if self._child else None, False, cancelled=True)
@@ -445,8 +497,7 @@ def start_gate(
     try:
         run._launch(staging)
     except (OSError, SpawnError) as exc:
-        run._static = StaticScan((f"pytest could not be started: {exc}",), static.dynamic_imports)
-        run._unavailable = True
+        run._cannot_start(exc)
     return run
 
 

@@ -1,21 +1,25 @@
 """Children the zygote forked, as the service holds them: a turn's worker
-(``ZygoteWorkerHandle``) and a gate's pytest (``ZygoteGate``). Each exit arrives on an exit
-pipe the zygote writes once it has reaped the child; kill and close are requests to it."""
+(``ZygoteWorkerHandle``) and a gate's pytest (``ZygoteGate``), each first a ``PendingSpawn``
+(the reply on a socket of its own, watched like any descriptor). Each exit arrives on an exit
+pipe the zygote writes once it has reaped the child; kill and close are one-way messages."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, NoReturn, TypeVar, cast
 
+import msgpack
 import structlog
 
 from shelldon.proc import sandbox
 from shelldon.proc.child import EXIT_UNKNOWN, SpawnError, readable
 from shelldon.proc.output import Output
 from shelldon.worker.handle import WorkerChannel
-from shelldon.worker.zygote_server import EXIT_CODE
+from shelldon.worker.zygote_server import EXIT_CODE, MAX_MESSAGE
 
 if TYPE_CHECKING:
     from shelldon.worker.zygote import Zygote
@@ -57,12 +61,10 @@ class ZygoteWorkerHandle(WorkerChannel):
         if self.released or self.exit_code is not None or self.zygote is None:
             return
         try:
-            self.zygote.call({"op": "kill", "pid": self.pid})
+            self.zygote.post({"op": "kill", "pid": self.pid})
         except ZygoteError as exc:
             log.warning("zygote_kill_failed", pid=self.pid, turn_id=self.turn_id, error=str(exc))
             self._orphaned()
-        except SpawnError as exc:  # the zygote no longer knows it: already gone
-            log.info("zygote_kill_refused", pid=self.pid, error=str(exc))
 
     def reap(self, block: bool = False) -> int | None:
         """The worker's exit code (negative: killed by that signal), or None while it runs and
@@ -101,13 +103,11 @@ class ZygoteWorkerHandle(WorkerChannel):
             return
         if self.exit_code is None:
             try:
-                zygote.call({"op": "close", "pid": self.pid})
+                zygote.post({"op": "close", "pid": self.pid})
             except ZygoteError as exc:
                 log.warning("zygote_close_failed", pid=self.pid, error=str(exc))
                 self._orphaned()
                 self.exit_code = EXIT_UNKNOWN
-            except SpawnError as exc:
-                log.info("zygote_close_refused", pid=self.pid, error=str(exc))
         zygote.forget(self.pid)
 
     def _orphaned(self) -> None:
@@ -160,8 +160,8 @@ class ZygoteGate:
         """SIGKILL pytest (cgroup, group, pid) through the zygote."""
         if self.exit_code is None:
             try:
-                self.zygote.call({"op": "kill", "pid": self.pid})
-            except SpawnError as exc:  # the zygote is gone, or already reported it
+                self.zygote.post({"op": "kill", "pid": self.pid})
+            except ZygoteError as exc:
                 log.info("zygote_gate_kill_failed", pid=self.pid, error=str(exc))
 
     def reap(self, block: bool = False) -> int | None:
@@ -189,9 +189,106 @@ class ZygoteGate:
             return
         if self.reap(block=False) is None:
             try:
-                self.zygote.call({"op": "close", "pid": self.pid})
-            except SpawnError as exc:
+                self.zygote.post({"op": "close", "pid": self.pid})
+            except ZygoteError as exc:
                 log.info("zygote_gate_close_failed", pid=self.pid, error=str(exc))
             os.close(self.exits)
             self.exits = -1
             self.zygote.forget(self.pid)
+
+
+Spawned = TypeVar("Spawned", bound="ZygoteWorkerHandle | ZygoteGate")
+
+
+class PendingSpawn(Generic[Spawned]):
+    """A worker or gate asked of the zygote, until its reply arrives on ``fileno()``: its
+    channel (or output) and exit pipe, as descriptors. ``poll`` never waits."""
+
+    def __init__(
+        self, zygote: Zygote, sock: socket.socket, *, turn_id: str = "", gate_cap: int = 0
+    ) -> None:
+        self.zygote = zygote
+        self.sock = sock
+        self.turn_id = turn_id
+        self.gate_cap = gate_cap
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def poll(self) -> Spawned | None:
+        """The child once the zygote answered; None until then. SpawnError: refused;
+        ZygoteError: the zygote died or broke the protocol (and was killed)."""
+        try:
+            data, fds, flags, _ = socket.recv_fds(self.sock, MAX_MESSAGE, 2)
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            self._broken(f"its reply failed: {exc}")
+        self.close()
+        try:
+            reply = msgpack.unpackb(data) if data else None
+        except (ValueError, msgpack.UnpackException):
+            reply = None
+        if not isinstance(reply, dict) or flags & socket.MSG_TRUNC:
+            _close_all(fds)
+            self._broken("it did not answer" if not data else "its reply is malformed")
+        if not reply.get("ok"):
+            _close_all(fds)
+            raise SpawnError(f"the zygote refused: {reply.get('error')}")
+        pid, cgroup = reply.get("pid"), reply.get("cgroup")
+        deadline = reply.get("deadline", 0.0) if not self.gate_cap else 0.0
+        if not isinstance(pid, int) or not isinstance(cgroup, str | None) or len(fds) > 2:
+            _close_all(fds)
+            self._broken("its reply is malformed")
+        if not isinstance(deadline, float):
+            _close_all(fds)
+            self._broken("its reply is malformed")
+        if len(fds) < 2:
+            # The kernel dropped a descriptor (this process is out of them): the child has no
+            # one to talk to; the zygote ends it, and this turn or gate cannot start.
+            _close_all(fds)
+            with contextlib.suppress(ZygoteError):
+                self.zygote.post({"op": "close", "pid": pid})
+            raise SpawnError("the child's descriptors did not arrive (out of descriptors?)")
+        self.zygote.track(pid, cgroup)
+        os.set_blocking(fds[1], False)
+        if self.gate_cap:
+            output = Output(fds[0], self.gate_cap, tail=True)
+            return cast(Spawned, ZygoteGate(self.zygote, pid, output, fds[1], cgroup))
+        channel = socket.socket(fileno=fds[0])
+        channel.setblocking(False)
+        handle = ZygoteWorkerHandle(
+            pid=pid,
+            sock=channel,
+            deadline=deadline,
+            turn_id=self.turn_id,
+            zygote=self.zygote,
+            cgroup_path=cgroup,
+            exits=fds[1],
+        )
+        return cast(Spawned, handle)
+
+    def wait(self, timeout: float) -> Spawned:
+        """``poll`` until the reply, at most ``timeout`` s (``Zygote.spawn_*``: tests, bench)."""
+        if not readable(self.fileno(), timeout):
+            self.close()
+            self.zygote.abandon(f"no spawn reply in {timeout} s")
+            raise ZygoteError(f"the zygote did not answer a spawn in {timeout} s")
+        child = self.poll()
+        assert child is not None
+        return child
+
+    def close(self) -> None:
+        """Stop waiting: a child the zygote still hands over is killed there."""
+        self.sock.close()
+
+    def _broken(self, why: str) -> NoReturn:
+        self.close()
+        self.zygote.abandon(f"zygote {self.zygote.pid}: {why}")
+        raise ZygoteError(f"the zygote broke a spawn: {why}")
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)

@@ -6,21 +6,24 @@ instead, over a ``SOCK_SEQPACKET`` control socket, and the zygote forks the work
 existing ``spawn`` machinery: the worker is the zygote's child, inherits only the zygote's
 memory (which never held a credential, invariant 4) and dies with it (``PR_SET_PDEATHSIG``).
 
-Protocol: every message is one msgpack map and gets exactly one reply map
-``{"id": <request id>, "ok": bool, ...}``; ``ok: False`` carries ``error`` (and ``kind``).
+Protocol: every message is one msgpack map with an ``id``. No actor waits for an answer:
+``spawn`` and ``gate`` carry, as SCM_RIGHTS, a socket of their own that the reply comes back on
+(the caller watches it: ``PendingSpawn``); ``kill`` and ``close`` get no answer; only ``ping``
+is answered on the control socket (start-up, tests). A refusal is ``{"ok": False, "error",
+"kind"}``.
 
 - ``{"op": "ping"}`` → ``{"pid", "spare"}`` (readiness; the idle spare's pid or None).
-- ``{"op": "part", "data": bytes}`` → ``{}``: a slice of the next spawn's request (a
-  ``shelldon.contracts.encode`` blob may be larger than one seqpacket message).
-- ``{"op": "spawn", "kind": "turn"|"resume", "request": bytes}`` → ``{"pid", "deadline",
-  "cgroup"}`` plus two descriptors as SCM_RIGHTS: the worker's channel end and the read end of
-  its *exit pipe*; the zygote closes its copies at once.
+- ``{"op": "spawn"}`` with the reply socket and a memfd holding the encoded ``TurnRequest`` or
+  ``ResumeRequest`` (any size, one message) → ``{"pid", "deadline", "cgroup"}`` plus two
+  descriptors: the worker's channel end and the read end of its *exit pipe*; the zygote
+  closes its copies at once, and kills a worker whose reply nobody takes.
 - ``{"op": "gate", "staging", "private", "name", "timeout_s", "address_space_mb", "cpu_s",
-  "cap"}`` → ``{"pid", "cgroup"}`` plus two descriptors: the read end of the gate pytest's
-  combined output and its exit pipe. The zygote forks the pytest (``gate.launch_pytest``:
-  confinement from its own ``[sandbox]``, the given bounds) and watches it like a worker.
-- ``{"op": "kill", "pid"}`` → ``{}``; ``{"op": "close", "pid"}`` → ``{}`` (the service is done
-  with that worker or gate: one still running is killed). Neither waits for the exit.
+  "cap"}`` with the reply socket → ``{"pid", "cgroup"}`` plus two descriptors: the read end of
+  the gate pytest's combined output and its exit pipe. The zygote forks the pytest
+  (``gate.launch_pytest``: confinement from its own ``[sandbox]``, the given bounds) and
+  watches it like a worker.
+- ``{"op": "kill", "pid"}``; ``{"op": "close", "pid"}`` (the service is done with that worker
+  or gate: one still running is killed). Neither waits for the exit.
 
 Exits are events, not requests: the zygote watches every worker (a pidfd where the kernel has
 one, else a short poll), and when one exits it sweeps its process group and cgroup, reaps it,
@@ -44,9 +47,10 @@ and the zygote's first steps (``zygote_main``); then it serves (``shelldon.worke
 The zygote holds the real ``WorkerHandle`` of every worker (and ``Child`` of every gate), so
 kill (cgroup + process group + pid), waitid-before-reap and exit codes keep their semantics. A
 malformed request gets an error reply; EOF on the control socket kills and reaps every worker
-and the spare, then the zygote exits 0. The service side (``Zygote``) is synchronous, locked,
-and bounded by a timeout: a zygote that dies, stalls or breaks the protocol is SIGKILLed (its
-workers die with it) and every later spawn raises ``ZygoteError``.
+and the spare, then the zygote exits 0. The service side (``Zygote``) never waits in an actor:
+a zygote that dies, stalls past ``REQUEST_TIMEOUT_S`` on a spawn, fills its control socket or
+breaks the protocol is SIGKILLed (its workers die with it) and every later spawn raises
+``ZygoteError``.
 """
 
 from __future__ import annotations
@@ -57,7 +61,6 @@ import os
 import signal
 import socket
 import threading
-import time
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -73,25 +76,28 @@ from shelldon.contracts import (
 )
 from shelldon.proc import sandbox
 from shelldon.proc.child import Child, SpawnError
-from shelldon.proc.output import Output
 from shelldon.proc.ties import die_with_parent
 from shelldon.secrets import forget_env_secrets
 from shelldon.toolbox.gate import GateLimits
 from shelldon.worker.prepare import close_inherited_fds, reopen_stdio, reset_signals
-from shelldon.worker.remote import ZygoteError, ZygoteGate, ZygoteWorkerHandle
+from shelldon.worker.remote import PendingSpawn, ZygoteError, ZygoteGate, ZygoteWorkerHandle
 from shelldon.worker.spawn import RegistryFactory, above_stdio
 from shelldon.worker.tools import build_registry
 from shelldon.worker.zygote_server import MAX_MESSAGE, ZygoteServer
 
-__all__ = ["MAX_MESSAGE", "PART_BYTES", "Zygote", "ZygoteError", "ZygoteGate", "ZygoteWorkerHandle"]
+__all__ = [
+    "MAX_MESSAGE",
+    "PendingSpawn",
+    "Zygote",
+    "ZygoteError",
+    "ZygoteGate",
+    "ZygoteWorkerHandle",
+]
 
 log = structlog.get_logger(__name__)
 
 REQUEST_TIMEOUT_S = 5.0
 """How long the service waits for any one reply before it declares the zygote broken."""
-
-PART_BYTES = 60 * 1024
-"""Request bytes carried per seqpacket message (well under the default socket buffer)."""
 
 
 def zygote_main(
@@ -230,16 +236,31 @@ class Zygote:
 
     # -------------------------------------------------------------- spawning
 
-    def spawn_turn(self, request: TurnRequest) -> ZygoteWorkerHandle:
-        """A worker (forked by the zygote) that runs ``request``."""
-        return self._spawn("turn", request.turn_id, request)
+    def begin_turn(self, request: TurnRequest | ResumeRequest) -> PendingSpawn[ZygoteWorkerHandle]:
+        """Ask for a worker that runs (or resumes) ``request``; its handle arrives on the
+        returned ``PendingSpawn`` (watch its ``fileno``). Never waits for the zygote."""
+        try:
+            blob = encode(request)
+        except ContractError as exc:
+            raise SpawnError(f"cannot hand the request to the zygote: {exc}") from exc
+        try:
+            memfd = os.memfd_create("shelldon-request", os.MFD_CLOEXEC)
+        except OSError as exc:
+            raise SpawnError(f"cannot hand the request to the zygote: {exc}") from exc
+        try:
+            view = memoryview(blob)
+            while view:
+                view = view[os.write(memfd, view) :]
+            return self._begin({"op": "spawn"}, memfd, turn_id=request.turn_id)
+        except OSError as exc:
+            raise SpawnError(f"cannot hand the request to the zygote: {exc}") from exc
+        finally:
+            os.close(memfd)
 
-    def spawn_resume(self, request: ResumeRequest) -> ZygoteWorkerHandle:
-        """A worker (forked by the zygote) that resumes a parked turn."""
-        return self._spawn("resume", request.turn_id, request)
-
-    def spawn_gate(self, staging: Path, private: Path, name: str, limits: GateLimits) -> ZygoteGate:
-        """A gate's pytest (forked by the zygote) on ``test_<name>.py`` in ``staging``."""
+    def begin_gate(
+        self, staging: Path, private: Path, name: str, limits: GateLimits
+    ) -> PendingSpawn[ZygoteGate]:
+        """Ask for a gate's pytest on ``test_<name>.py`` in ``staging``; see ``begin_turn``."""
         request = {
             "op": "gate",
             "staging": str(staging),
@@ -250,118 +271,86 @@ class Zygote:
             "cpu_s": limits.cpu_s,
             "cap": limits.max_output_chars,
         }
-        with self._lock:
-            reply, fds = self._call_locked(request, with_fds=True)
-            pid, cgroup = reply.get("pid"), reply.get("cgroup")
-            if not isinstance(pid, int) or not isinstance(cgroup, str | None) or len(fds) != 2:
-                for fd in fds:
-                    os.close(fd)
-                if isinstance(pid, int):
-                    with contextlib.suppress(SpawnError):
-                        self._call_locked({"op": "close", "pid": pid})
-                raise SpawnError("the zygote's gate reply is malformed (out of descriptors?)")
-            self._live[pid] = cgroup
-        os.set_blocking(fds[1], False)
-        output = Output(fds[0], limits.max_output_chars, tail=True)
-        return ZygoteGate(self, pid, output, fds[1], cgroup)
+        return self._begin(request, gate_cap=limits.max_output_chars)
 
-    def _spawn(self, kind: str, turn_id: str, request: Any) -> ZygoteWorkerHandle:
+    def spawn_turn(self, request: TurnRequest | ResumeRequest) -> ZygoteWorkerHandle:
+        """``begin_turn``, waited for (tests, benchmarks: actors never wait)."""
+        return self.begin_turn(request).wait(self._timeout)
+
+    spawn_resume = spawn_turn
+
+    def spawn_gate(self, staging: Path, private: Path, name: str, limits: GateLimits) -> ZygoteGate:
+        """``begin_gate``, waited for."""
+        return self.begin_gate(staging, private, name, limits).wait(self._timeout)
+
+    def _begin(self, request: dict[str, Any], *fds: int, **what: Any) -> PendingSpawn[Any]:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            blob = encode(request)
-        except ContractError as exc:
-            raise SpawnError(f"cannot hand the request to the zygote: {exc}") from exc
-        with self._lock:
-            parts = [blob[i : i + PART_BYTES] for i in range(0, len(blob), PART_BYTES)] or [b""]
-            for part in parts[:-1]:
-                self._call_locked({"op": "part", "data": part})
-            reply, fds = self._call_locked(
-                {"op": "spawn", "kind": kind, "request": parts[-1]}, with_fds=True
-            )
-            pid, deadline, cgroup = reply.get("pid"), reply.get("deadline"), reply.get("cgroup")
-            if (
-                not isinstance(pid, int)
-                or not isinstance(deadline, float)
-                or not isinstance(cgroup, str | None)
-                or len(fds) > 2
-            ):
-                for fd in fds:
-                    os.close(fd)
-                self._fail("the zygote's spawn reply is malformed")
-                raise ZygoteError("the zygote's spawn reply is malformed")
-            if len(fds) < 2:
-                # The kernel dropped a descriptor (this process is out of them): the worker
-                # has no one to talk to; the zygote ends it, and this turn cannot start.
-                for fd in fds:
-                    os.close(fd)
-                with contextlib.suppress(SpawnError):
-                    self._call_locked({"op": "close", "pid": pid})
-                raise SpawnError("the worker's channel did not arrive (out of descriptors?)")
-            self._live[pid] = cgroup
-        sock = socket.socket(fileno=fds[0])
-        sock.setblocking(False)
-        os.set_blocking(fds[1], False)
-        return ZygoteWorkerHandle(
-            pid=pid,
-            sock=sock,
-            deadline=deadline,
-            turn_id=turn_id,
-            zygote=self,
-            cgroup_path=cgroup,
-            exits=fds[1],
-        )
+            self.post(request, theirs.fileno(), *fds)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        return PendingSpawn(self, ours, **what)
 
     # -------------------------------------------------------------- the wire
 
     def call(self, request: dict[str, Any]) -> dict[str, Any]:
-        """One request, one reply (ZygoteError: zygote gone; SpawnError: request refused)."""
+        """One request, one reply on the control socket: ``ping`` (ZygoteError: the zygote is
+        gone; SpawnError: refused)."""
         with self._lock:
-            return self._call_locked(request)[0]
+            return self._call_locked(request)
+
+    def post(self, request: dict[str, Any], *fds: int) -> None:
+        """Send one message that gets no reply here (``kill``, ``close``; ``spawn`` and
+        ``gate`` with their reply socket). Never waits: a zygote whose socket is full has
+        stopped serving, and is declared broken (ZygoteError)."""
+        with self._lock:
+            if self._dead is not None:
+                raise ZygoteError(self._dead)
+            self._seq += 1
+            data = msgpack.packb({**request, "id": self._seq})
+            try:
+                socket.send_fds(self._sock, [data], list(fds), socket.MSG_DONTWAIT)
+            except OSError as exc:
+                message = f"zygote {self.pid} does not take requests: {exc}"
+                self._fail(message)
+                raise ZygoteError(message) from exc
+
+    def track(self, pid: int, cgroup: str | None) -> None:
+        """``pid`` was handed to this process: its cgroup is swept if the zygote is killed."""
+        self._live[pid] = cgroup
 
     def forget(self, pid: int) -> None:
         """``pid`` was reaped or closed: no cgroup of its to sweep any more."""
         self._live.pop(pid, None)
 
-    def _call_locked(
-        self, request: dict[str, Any], *, with_fds: bool = False
-    ) -> tuple[dict[str, Any], list[int]]:
+    def _call_locked(self, request: dict[str, Any]) -> dict[str, Any]:
         if self._dead is not None:
             raise ZygoteError(self._dead)
         self._seq += 1
         seq = self._seq
-        until = time.monotonic() + self._timeout
-        fds: list[int] = []
         try:
             self._sock.settimeout(self._timeout)
             self._sock.send(msgpack.packb({**request, "id": seq}))
-            while True:
-                self._sock.settimeout(max(0.001, until - time.monotonic()))
-                data, fds, flags, _ = socket.recv_fds(self._sock, MAX_MESSAGE, 2)
-                if not data:
-                    raise ZygoteError("the zygote closed its control socket")
-                if flags & socket.MSG_TRUNC:
-                    for fd in fds:
-                        os.close(fd)
-                    raise ZygoteError("the zygote sent an oversized reply")
-                reply = msgpack.unpackb(data)
-                if not isinstance(reply, dict) or reply.get("id") != seq:
-                    for fd in fds:
-                        os.close(fd)
-                    raise ZygoteError(f"the zygote answered out of turn: {reply!r:.120}")
-                break
+            data, _, flags, _ = self._sock.recvmsg(MAX_MESSAGE)
+            if not data:
+                raise ZygoteError("the zygote closed its control socket")
+            if flags & socket.MSG_TRUNC:
+                raise ZygoteError("the zygote sent an oversized reply")
+            reply = msgpack.unpackb(data)
+            if not isinstance(reply, dict) or reply.get("id") != seq:
+                raise ZygoteError(f"the zygote answered out of turn: {reply!r:.120}")
         except (OSError, ValueError, msgpack.UnpackException, ZygoteError) as exc:
             reason = "timed out" if isinstance(exc, TimeoutError) else "failed"
             message = f"zygote {self.pid} {reason}: {exc}"
             self._fail(message)
             raise ZygoteError(message) from exc
-        if fds and not with_fds:
-            for fd in fds:
-                os.close(fd)
-            fds = []
         if not reply.get("ok"):
-            for fd in fds:
-                os.close(fd)
             raise SpawnError(f"zygote refused {request.get('op')!r}: {reply.get('error')}")
-        return reply, fds
+        return reply
 
     def abandon(self, reason: str) -> None:
         """Declare the zygote broken from outside a call (it failed to report an exit)."""

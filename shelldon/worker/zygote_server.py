@@ -42,8 +42,8 @@ log = structlog.get_logger(__name__)
 MAX_MESSAGE = 128 * 1024
 """Receive buffer for one control message; a longer message is refused as truncated."""
 
-MAX_REQUEST = 2 * 1024 * 1024
-"""Spawn request bytes the zygote accumulates from ``part`` messages before refusing."""
+MAX_REQUEST = 8 * 1024 * 1024
+"""The largest spawn request (its memfd) the zygote reads."""
 
 BACKSTOP_S = 1.0
 """How long past a worker's deadline and kill grace the zygote kills it itself (the service
@@ -55,7 +55,8 @@ EXIT_CODE = struct.Struct("<i")
 _POLL_FALLBACK_S = 0.05
 """Without a pidfd for some worker, how often the zygote looks for its exit."""
 
-_OPS = frozenset({"ping", "part", "spawn", "gate", "kill", "close"})
+_FDS = {"ping": 0, "kill": 0, "close": 0, "spawn": 2, "gate": 1}
+"""Each op, and the descriptors that come with it (the reply socket first)."""
 
 
 class RequestError(Exception):
@@ -118,10 +119,7 @@ class ZygoteServer:
         self.keep_spare = spare
         self.spare: Spare | None = None
         self.workers: dict[int, Worker] = {}
-        self.pending = bytearray()
-        self.handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-            "ping": self.ping,
-            "part": self.part,
+        self.handlers: dict[str, Callable[[dict[str, Any]], None]] = {
             "kill": self.kill,
             "close": self.close,
         }
@@ -148,7 +146,7 @@ class ZygoteServer:
             self.shutdown()
 
     def receive(self) -> bool:
-        """Answer the one message waiting; False once the client is gone."""
+        """Take the one message waiting; False once the client is gone."""
         try:
             data, fds, flags, _ = socket.recv_fds(self.sock, MAX_MESSAGE, 4)
         except InterruptedError:
@@ -156,12 +154,11 @@ class ZygoteServer:
         except OSError as exc:
             log.error("zygote_control_failed", error=str(exc))
             return False
-        for fd in fds:  # nothing we asked for
-            with contextlib.suppress(OSError):
-                os.close(fd)
         if not data:
+            for fd in fds:
+                os.close(fd)
             return False
-        self.handle(data, truncated=bool(flags & socket.MSG_TRUNC))
+        self.handle(data, fds, truncated=bool(flags & socket.MSG_TRUNC))
         return True
 
     def next_look(self) -> float | None:
@@ -195,9 +192,14 @@ class ZygoteServer:
             del self.workers[pid]
             log.info("worker_exited", pid=pid, turn_id=worker.name, exit_code=code)
 
-    def handle(self, data: bytes, *, truncated: bool = False) -> None:
-        """Answer one message (never raises for a bad one)."""
+    def handle(self, data: bytes, fds: list[int] | None = None, *, truncated: bool = False) -> None:
+        """Carry out one message (never raises for a bad one). ``spawn`` and ``gate`` come with
+        the socket their reply goes to (a spawn also with a memfd holding its request);
+        ``ping`` is answered on the control socket; ``kill`` and ``close`` get no answer."""
+        fds = list(fds or ())
+        reply_to: socket.socket | None = None
         seq: Any = None
+        one_way = False
         try:
             if truncated:
                 raise RequestError("protocol", f"message over {MAX_MESSAGE} bytes")
@@ -207,74 +209,86 @@ class ZygoteServer:
                 raise RequestError("protocol", f"not msgpack: {exc}") from exc
             if not isinstance(request, dict):
                 raise RequestError("protocol", "a request is a map")
-            seq = request.get("id")
-            op = request.get("op")
-            if not isinstance(seq, int) or op not in _OPS:
+            seq, op = request.get("id"), request.get("op")
+            one_way = op in ("kill", "close")
+            wanted = _FDS.get(op) if isinstance(op, str) else None
+            if not isinstance(op, str) or wanted is None or not isinstance(seq, int):
                 raise RequestError("protocol", f"bad id or op: {op!r:.40}")
-            if op not in {"part", "spawn"}:
-                self.pending.clear()
-            if op == "spawn":
-                self.spawn(seq, request)
-                return
-            if op == "gate":
-                self.gate(seq, request)
-                return
-            reply = self.handlers[op](request)
+            if wanted:
+                if len(fds) != wanted:
+                    raise RequestError("protocol", f"{op} comes with {wanted} descriptors")
+                reply_to = socket.socket(fileno=fds.pop(0))
+            if reply_to is None:
+                if op == "ping":
+                    self.reply(self.sock, {**self.ping(), "id": seq, "ok": True})
+                else:
+                    self.handlers[op](request)
+            elif op == "spawn":
+                self.spawn(reply_to, fds[0])
+            else:
+                self.gate(reply_to, request)
         except RequestError as exc:
-            self.pending.clear()
-            self.reply({"id": seq, "ok": False, "kind": exc.kind, "error": str(exc)})
-            return
+            self.refuse(reply_to, seq, one_way, exc.kind, str(exc))
         except Exception as exc:
-            self.pending.clear()
             log.error("zygote_request_failed", error=f"{type(exc).__name__}: {exc}")
-            self.reply({"id": seq, "ok": False, "kind": "internal", "error": str(exc)})
-            return
-        self.reply({**reply, "id": seq, "ok": True})
+            self.refuse(reply_to, seq, one_way, "internal", str(exc))
+        finally:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            if reply_to is not None:
+                reply_to.close()
 
-    def reply(self, reply: dict[str, Any], fds: tuple[int, ...] = ()) -> None:
+    def refuse(
+        self, reply_to: socket.socket | None, seq: Any, one_way: bool, kind: str, error: str
+    ) -> None:
+        """Say why on the request's own reply socket, else on the control socket (a ping's
+        caller waits there); a one-way message is refused only in the log."""
+        if one_way:
+            log.warning("zygote_request_refused", kind=kind, error=error)
+            return
+        reply = {"id": seq, "ok": False, "kind": kind, "error": error}
+        self.reply(reply_to if reply_to is not None else self.sock, reply)
+
+    @staticmethod
+    def reply(to: socket.socket, reply: dict[str, Any], fds: tuple[int, ...] = ()) -> bool:
+        """Send ``reply`` (and ``fds``); False if nobody takes it any more."""
         data = msgpack.packb(reply)
         try:
             if fds:
-                socket.send_fds(self.sock, [data], list(fds))
+                socket.send_fds(to, [data], list(fds))
             else:
-                self.sock.send(data)
-        except OSError as exc:  # the client is gone: the next receive sees EOF
+                to.send(data)
+        except OSError as exc:
             log.warning("zygote_reply_failed", error=str(exc))
+            return False
+        return True
 
     # -------------------------------------------------------------- requests
 
-    def ping(self, request: dict[str, Any]) -> dict[str, Any]:
+    def ping(self) -> dict[str, Any]:
         spare = self.spare
         return {"pid": os.getpid(), "spare": spare.handle.pid if spare is not None else None}
 
-    def part(self, request: dict[str, Any]) -> dict[str, Any]:
-        data = request.get("data")
-        if not isinstance(data, bytes):
-            raise RequestError("protocol", "a part carries bytes")
-        if len(self.pending) + len(data) > MAX_REQUEST:
+    def spawn(self, reply_to: socket.socket, memfd: int) -> None:
+        """Hand a worker for the request in ``memfd`` to the service: the spare, or a fresh
+        fork; its channel end and exit pipe go back on ``reply_to``."""
+        size = os.fstat(memfd).st_size
+        if size > MAX_REQUEST:
             raise RequestError("protocol", f"request over {MAX_REQUEST} bytes")
-        self.pending += data
-        return {}
-
-    def spawn(self, seq: int, request: dict[str, Any]) -> None:
-        data = request.get("request")
-        if not isinstance(data, bytes):
-            raise RequestError("protocol", "spawn carries the request as bytes")
-        blob = bytes(self.pending) + data
-        self.pending.clear()
-        kind = request.get("kind")
+        blob = os.pread(memfd, size, 0)
         try:
             contract = decode(blob)
         except ContractError as exc:
             raise RequestError("protocol", f"bad request: {exc}") from exc
         turn: TurnRequest | None = None
         resume: ResumeRequest | None = None
-        if kind == "turn" and isinstance(contract, TurnRequest):
+        if isinstance(contract, TurnRequest):
             turn = contract
-        elif kind == "resume" and isinstance(contract, ResumeRequest):
+        elif isinstance(contract, ResumeRequest):
             resume = contract
         else:
-            raise RequestError("protocol", f"{kind!r} with a {type(contract).__name__}")
+            raise RequestError("protocol", f"no worker runs a {type(contract).__name__}")
         handle = self.take_spare(turn, blob) if turn is not None else None
         if handle is None:
             self.discover()
@@ -301,17 +315,10 @@ class ZygoteServer:
             raise RequestError("spawn", f"cannot open the exit pipe: {exc}") from exc
         self.workers[handle.pid] = Worker(handle, exit_w, handle.deadline, handle.turn_id)
         cgroup = str(handle.cgroup.path) if handle.cgroup is not None else None
+        reply = {"ok": True, "pid": handle.pid, "deadline": handle.deadline, "cgroup": cgroup}
         try:
-            self.reply(
-                {
-                    "id": seq,
-                    "ok": True,
-                    "pid": handle.pid,
-                    "deadline": handle.deadline,
-                    "cgroup": cgroup,
-                },
-                (handle.sock.fileno(), exit_r),
-            )
+            if not self.reply(reply_to, reply, (handle.sock.fileno(), exit_r)):
+                handle.kill()  # nobody waits for this worker: reaped, reported to nobody
         finally:
             # The service holds the channel now; a copy here would hide the worker's EOF.
             handle.sock.close()
@@ -320,9 +327,9 @@ class ZygoteServer:
         if self.refill():
             self.rehearse()
 
-    def gate(self, seq: int, request: dict[str, Any]) -> None:
+    def gate(self, reply_to: socket.socket, request: dict[str, Any]) -> None:
         """Fork a gate's pytest (``launch_pytest``: the confinement, limits and cgroup of a
-        gate) and hand the service its output pipe and exit pipe."""
+        gate) and hand the service its output pipe and exit pipe on ``reply_to``."""
         staging, private, name = request.get("staging"), request.get("private"), request.get("name")
         bounds = [request.get(key) for key in ("timeout_s", "address_space_mb", "cpu_s", "cap")]
         numbers = [v for v in bounds if isinstance(v, int | float) and v > 0]
@@ -352,8 +359,10 @@ class ZygoteServer:
         self.workers[child.pid] = Worker(child, exit_w, deadline, f"gate:{paths[2]}")
         cgroup = str(child.cgroup.path) if child.cgroup is not None else None
         try:
-            reply = {"id": seq, "ok": True, "pid": child.pid, "cgroup": cgroup}
-            self.reply(reply, (output.fd, exit_r))
+            if not self.reply(
+                reply_to, {"ok": True, "pid": child.pid, "cgroup": cgroup}, (output.fd, exit_r)
+            ):
+                child.kill()
         finally:
             # The service reads the output now; a copy here would hide pytest's EOF.
             output.close()
@@ -401,11 +410,11 @@ class ZygoteServer:
         while the service waits for its next worker."""
         with contextlib.suppress(Exception):
             request = TurnRequest("rehearsal", 0, "")
-            wire = msgpack.packb({"op": "spawn", "kind": "turn", "request": encode(request)})
-            decode(msgpack.unpackb(wire)["request"])
+            msgpack.unpackb(msgpack.packb({"op": "spawn", "id": 1}))
+            decode(encode(request))
             selfcoded.toolbox_fingerprint(self.context)
             pack_frame(Assignment(encode(request), time.monotonic()))
-            msgpack.packb({"id": 0, "ok": True, "pid": 0, "deadline": 0.0, "cgroup": None})
+            msgpack.packb({"ok": True, "pid": 0, "deadline": 0.0, "cgroup": None})
 
     def take_spare(self, turn: TurnRequest, blob: bytes) -> WorkerHandle | None:
         """The spare, assigned ``turn`` (``blob``, as the service encoded it; deadline fixed
@@ -445,20 +454,18 @@ class ZygoteServer:
         pid = request.get("pid")
         return self.workers.get(pid) if isinstance(pid, int) else None
 
-    def kill(self, request: dict[str, Any]) -> dict[str, Any]:
+    def kill(self, request: dict[str, Any]) -> None:
+        """An unknown pid already exited and was reported."""
         worker = self._worker_of(request)
-        if worker is None:
-            raise RequestError("unknown", f"no worker {request.get('pid')!r:.20}")
-        worker.handle.kill()
-        return {}
+        if worker is not None:
+            worker.handle.kill()
 
-    def close(self, request: dict[str, Any]) -> dict[str, Any]:
+    def close(self, request: dict[str, Any]) -> None:
         """The service is done with a worker: one still running is killed (and reported when
         it is reaped, to nobody). An unknown pid already exited and was reported."""
         worker = self._worker_of(request)
         if worker is not None and worker.handle.reap(block=False) is None:
             worker.handle.kill()
-        return {}
 
     def shutdown(self) -> None:
         """Kill, reap and close every worker still held, and the spare."""

@@ -34,13 +34,15 @@ from shelldon.contracts import (
     Tier,
     ToolCall,
     TurnRequest,
+    encode,
 )
 from shelldon.proc import sandbox
 from shelldon.proc.child import EXIT_UNKNOWN, SpawnError
 from shelldon.worker import spawn
 from shelldon.worker.handle import EXIT_OK
 from shelldon.worker.tools import Registry
-from shelldon.worker.zygote import MAX_MESSAGE, PART_BYTES, Zygote, ZygoteError
+from shelldon.worker.zygote import MAX_MESSAGE, Zygote, ZygoteError
+from shelldon.worker.zygote_server import MAX_REQUEST
 from tests.pids import host_pid, host_ppid, inner, popen_host_pid
 from tests.unit.worker.brain import call, calls, say
 from tests.unit.worker.test_spawn import converse, registry_with, tool_output, wait_exit
@@ -233,8 +235,8 @@ def test_spawn_while_a_previous_handle_is_unreaped(zygote: Zygote) -> None:
             handle.close()
 
 
-def test_a_request_larger_than_one_control_message_goes_in_parts(zygote: Zygote) -> None:
-    text = "x" * (3 * PART_BYTES + 17)
+def test_a_request_larger_than_one_control_message_goes_whole(zygote: Zygote) -> None:
+    text = "x" * (3 * MAX_MESSAGE + 17)
     with zygote.spawn_turn(turn(text)) as handle:
         jobs, _ = converse(handle, [say("long")])
         assert any(m.content == text for m in jobs[0].messages)
@@ -497,7 +499,7 @@ def test_a_stalled_zygote_times_out_into_zygote_error_and_is_killed(settings: Se
         z._timeout = 0.3  # the real one is REQUEST_TIMEOUT_S; a test need not wait 5 s
         os.kill(z.pid, signal.SIGSTOP)
         started = time.monotonic()
-        with pytest.raises(ZygoteError, match="timed out"):
+        with pytest.raises(ZygoteError, match="did not answer"):
             z.spawn_turn(turn())
         assert time.monotonic() - started < 1.0
         assert proc_state(z.pid) is None  # SIGKILLed and reaped
@@ -516,8 +518,7 @@ def test_a_stalled_zygote_times_out_into_zygote_error_and_is_killed(settings: Se
         msgpack.packb({"op": "ping"}),  # no id
         msgpack.packb({"id": 1, "op": "fork-bomb"}),
         msgpack.packb({"id": 1, "op": "spawn", "kind": "turn", "request": b"\x00junk"}),
-        msgpack.packb({"id": 1, "op": "spawn", "kind": "resume", "request": b""}),
-        msgpack.packb({"id": 1, "op": "kill", "pid": 1}),  # not its worker: pid 1!
+        msgpack.packb({"id": 1, "op": "gate"}),  # no reply socket
         msgpack.packb({"id": 1, "op": "reap", "pid": "x", "wait": 1}),
         msgpack.packb({"id": 1, "op": "part", "data": "text"}),
         b"\x00" * (MAX_MESSAGE + 10),
@@ -527,11 +528,10 @@ def test_a_stalled_zygote_times_out_into_zygote_error_and_is_killed(settings: Se
         "not-a-map",
         "no-id",
         "unknown-op",
-        "bad-contract",
-        "empty-request",
-        "foreign-pid",
+        "spawn-without-descriptors",
+        "gate-without-descriptors",
         "bad-pid",
-        "bad-part",
+        "retired-op-part",
         "oversized",
     ],
 )
@@ -546,17 +546,93 @@ def test_garbage_gets_an_error_reply_and_the_zygote_keeps_serving(
         assert result.reply == "fine"
 
 
-def test_a_service_out_of_descriptors_gets_spawn_error_and_no_stray_worker(
-    zygote: Zygote,
+@pytest.mark.parametrize(
+    "message",
+    [{"op": "kill", "pid": 1}, {"op": "close", "pid": 1}, {"op": "kill", "pid": "x"}],
+    ids=["kill-foreign-pid", "close-foreign-pid", "kill-bad-pid"],
+)
+def test_a_one_way_message_it_refuses_gets_no_reply_and_harms_nothing(
+    zygote: Zygote, message: dict[str, Any]
 ) -> None:
+    zygote.post(message)
+    assert zygote.alive()
+    # Nothing was answered on the control socket: the next ping's reply is the ping's own.
+    assert zygote.call({"op": "ping"})["pid"] == zygote.pid
+    with zygote.spawn_turn(turn()) as handle:
+        _, result = converse(handle, [say("fine")])
+        assert result.reply == "fine"
+
+
+@pytest.mark.parametrize("size", [0, 5, MAX_REQUEST + 1], ids=["empty", "no-contract", "oversized"])
+def test_a_spawn_request_that_is_no_turn_is_refused_on_its_own_reply_socket(
+    zygote: Zygote, size: int
+) -> None:
+    memfd = os.memfd_create("junk")
+    try:
+        os.write(memfd, b"\x00junk"[:size])
+        os.ftruncate(memfd, size)
+        pending = zygote._begin({"op": "spawn"}, memfd)
+    finally:
+        os.close(memfd)
+    with pytest.raises(SpawnError, match="refused"):
+        pending.wait(5.0)
+    assert zygote.alive()
+    with zygote.spawn_turn(turn()) as handle:
+        _, result = converse(handle, [say("fine")])
+        assert result.reply == "fine"
+
+
+def test_asking_for_a_worker_never_waits_for_the_zygote(zygote: Zygote) -> None:
+    """Actors call ``begin_turn`` in a handler: it returns with the zygote stopped, and the
+    worker arrives on the pending descriptor once it runs again."""
+    os.kill(zygote.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        pending = zygote.begin_turn(turn())
+        assert time.monotonic() - started < 0.05
+        assert pending.poll() is None
+        assert not select.select([pending.fileno()], [], [], 0.2)[0]
+    finally:
+        os.kill(zygote.pid, signal.SIGCONT)
+    assert select.select([pending.fileno()], [], [], 5.0)[0]
+    handle = pending.poll()
+    assert handle is not None
+    with handle:
+        _, result = converse(handle, [say("after the stop")])
+        assert result.reply == "after the stop"
+
+
+def test_a_spawn_nobody_waits_for_any_more_leaves_no_worker(zygote: Zygote) -> None:
+    before = set(children_of(zygote.pid)) - {zygote.spare_pid()}
+    os.kill(zygote.pid, signal.SIGSTOP)
+    try:
+        zygote.begin_turn(turn()).close()
+    finally:
+        os.kill(zygote.pid, signal.SIGCONT)
+    spare = zygote.spare_pid()  # answered after the spawn was carried out
+    until = time.monotonic() + 3.0
+    while set(children_of(zygote.pid)) - {spare} - before and time.monotonic() < until:
+        time.sleep(0.01)
+    assert set(children_of(zygote.pid)) - {spare} - before == set()
+    assert zygote.alive()
+
+
+@pytest.mark.parametrize("when", ["asking", "receiving"])
+def test_a_service_out_of_descriptors_gets_spawn_error_and_no_stray_worker(
+    zygote: Zygote, when: str
+) -> None:
+    before = set(children_of(zygote.pid)) - {zygote.spare_pid()}
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    pending = zygote.begin_turn(turn()) if when == "receiving" else None
     lowest_free = os.dup(0)
     os.close(lowest_free)
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    before = set(children_of(zygote.pid)) - {zygote.spare_pid()}
     resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))
     try:
-        with pytest.raises(SpawnError, match="did not arrive") as info:
-            zygote.spawn_turn(turn())
+        with pytest.raises(SpawnError, match=r"did not arrive|open files") as info:
+            if pending is None:
+                zygote.spawn_turn(turn())
+            else:
+                pending.wait(5.0)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert not isinstance(info.value, ZygoteError)
@@ -575,8 +651,14 @@ def children_of(pid: int) -> list[int]:
 
 
 def test_a_spawn_of_the_wrong_contract_is_refused_not_fatal(zygote: Zygote) -> None:
+    memfd = os.memfd_create("result")
+    try:
+        os.write(memfd, encode(Result("t", "not a request")))
+        pending = zygote._begin({"op": "spawn"}, memfd)
+    finally:
+        os.close(memfd)
     with pytest.raises(SpawnError, match="refused") as info:
-        zygote._spawn("resume", "t", turn())  # a TurnRequest sent as a resume
+        pending.wait(5.0)
     assert not isinstance(info.value, ZygoteError)
     assert zygote.alive()
 
