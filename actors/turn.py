@@ -101,13 +101,11 @@ class TurnActor(WiredActor):
         try:
             handle = pending.poll()
         except SpawnError as exc:
-            handle = None
             self._spawn_failed(pending.turn_id, exc)
-        if handle is None and self.pending is not None:
-            return  # not answered yet
-        self.unwatch(pending.fileno())
-        self.pending = None
+            return
         if handle is not None:
+            self.unwatch(pending.fileno())
+            self.pending = None
             self._run(handle)
 
     def _spawn_failed(self, turn_id: str, exc: SpawnError) -> None:

@@ -209,11 +209,13 @@ class PendingSpawn(Generic[Spawned]):
     ) -> None:
         self.zygote = zygote
         self.sock = sock
+        # Kept after the socket is closed: the number its watcher unwatches.
+        self.fd = sock.fileno()
         self.turn_id = turn_id
         self.gate_cap = gate_cap
 
     def fileno(self) -> int:
-        return self.sock.fileno()
+        return self.fd
 
     def poll(self) -> Spawned | None:
         """The child once the zygote answered; None until then. SpawnError: refused;

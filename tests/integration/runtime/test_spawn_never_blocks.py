@@ -16,6 +16,24 @@ from .harness import Service
 pytestmark = pytest.mark.slow
 
 
+def closed_but_watched(svc: Service) -> list[tuple[str, int]]:
+    """Descriptors an actor still watches after closing them: ``poll`` reports them (POLLNVAL)
+    at once, every time, and the loop spins."""
+
+    def look() -> list[tuple[str, int]]:
+        bad = []
+        for ref in list(svc.driver._base.actorRegistry.values()):
+            actor = getattr(ref, "instance", None)
+            for fd in getattr(actor, "_shelldon_watch", ()):
+                try:
+                    os.fstat(fd)
+                except OSError:
+                    bad.append((type(actor).__name__, fd))
+        return bad
+
+    return svc.driver.call(look)  # type: ignore[no-any-return]
+
+
 def test_a_stopped_zygote_stalls_no_actor_and_the_turn_goes_on(tmp_path: Path) -> None:
     svc = Service(tmp_path / "home", [{"when": "hi", "text": "Hello after the pause."}])
     try:
@@ -31,6 +49,8 @@ def test_a_stopped_zygote_stalls_no_actor_and_the_turn_goes_on(tmp_path: Path) -
             os.kill(svc.zygote.pid, signal.SIGCONT)
         svc.expect("Hello after the pause.")
         assert svc.zygote.alive()
+        time.sleep(0.3)  # the worker's exit reported and its descriptors closed
+        assert closed_but_watched(svc) == []
     finally:
         svc.stop()
 
@@ -46,5 +66,6 @@ def test_a_zygote_that_never_answers_is_given_up_and_the_owner_told(tmp_path: Pa
         assert time.monotonic() - started < 1.0
         svc.expect("something broke", timeout=15)
         assert not svc.zygote.alive()  # killed, as a zygote that breaks the protocol is
+        assert closed_but_watched(svc) == []
     finally:
         svc.stop()
