@@ -82,7 +82,6 @@ from shelldon.toolbox.gate import GateLimits
 from shelldon.worker.prepare import close_inherited_fds, reopen_stdio, reset_signals
 from shelldon.worker.remote import PendingSpawn, ZygoteError, ZygoteGate, ZygoteWorkerHandle
 from shelldon.worker.spawn import RegistryFactory, above_stdio
-from shelldon.worker.tools import build_registry
 from shelldon.worker.zygote_server import MAX_MESSAGE, ZygoteServer
 
 __all__ = [
@@ -104,7 +103,7 @@ def zygote_main(
     sock: socket.socket,
     parent_pid: int,
     settings: Settings,
-    registry_factory: RegistryFactory,
+    registry_factory: RegistryFactory | None,
     spare: bool = True,
 ) -> NoReturn:
     """The zygote's whole life; every path ends in ``os._exit``."""
@@ -154,7 +153,7 @@ class Zygote:
         cls,
         settings: Settings,
         *,
-        registry_factory: RegistryFactory = build_registry,
+        registry_factory: RegistryFactory | None = None,
         spare: bool = True,
     ) -> Zygote:
         """Fork the zygote now and return once it has answered one ping (with ``spare``, once

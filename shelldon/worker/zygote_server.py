@@ -11,6 +11,7 @@ grace.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import select
@@ -35,7 +36,7 @@ from shelldon.worker import spawn
 from shelldon.worker.channel import pack_frame
 from shelldon.worker.handle import WorkerHandle
 from shelldon.worker.spawn import RegistryFactory
-from shelldon.worker.tools import context_from_settings, selfcoded
+from shelldon.worker.tools import build_registry, context_from_settings, selfcoded
 
 log = structlog.get_logger(__name__)
 
@@ -106,13 +107,17 @@ class ZygoteServer:
         self,
         sock: socket.socket,
         settings: Settings,
-        registry_factory: RegistryFactory,
+        registry_factory: RegistryFactory | None,
         *,
         spare: bool = True,
     ) -> None:
         self.sock = sock
         self.settings = settings
-        self.registry_factory = registry_factory
+        # Every worker is handed this one, as discovered here just before its fork.
+        self.discovery = selfcoded.Discovery()
+        self.registry_factory = registry_factory or functools.partial(
+            build_registry, discovery=self.discovery
+        )
         self.context = context_from_settings(settings)
         # The workers' prebuilt Landlock rulesets: this process forks them, so it holds them.
         self.rulesets = sandbox.Rulesets()
@@ -375,7 +380,7 @@ class ZygoteServer:
         """Discover live self-coded tools here, before a fork: the worker inherits the result
         and only checks that the toolbox did not change since."""
         try:
-            selfcoded.discover(self.context)
+            self.discovery(self.context)
         except Exception as exc:  # the worker's own discovery reports it properly
             log.warning("zygote_discovery_failed", error=f"{type(exc).__name__}: {exc}")
 

@@ -71,12 +71,17 @@ FAR = 1e12
 Answer = tuple[str, Any]  # ("text", reply) or ("tools", [(name, args), ...])
 
 
+MEMORY = selfcoded.Discovery()
+"""The zygote's discovery, as every worker it forks is handed it."""
+
+
 def registry_for(ctx: ToolContext) -> Registry:
-    """As ``build_registry`` builds it: the built-in families, then the live self-coded tools."""
+    """As ``build_registry`` builds it in a worker: the built-in families, then the live
+    self-coded tools (the zygote's discovery: reused while the toolbox is unchanged)."""
     registry = Registry(ctx)
     for family in (clock, files, pyeval, write, shell, http, git):
         registry.add_all(family.specs())
-    registry.add_all(selfcoded.discover(ctx))
+    registry.add_all(selfcoded.discover(ctx, MEMORY))
     return registry
 
 
@@ -152,10 +157,8 @@ def discovery_ms(ctx: ToolContext) -> tuple[float, float]:
     """Cold discovery: a worker whose parent never discovered (the previous result freed)."""
     out = []
     for _ in range(200):
-        old, selfcoded._seen = selfcoded._seen, None
-        del old
         t = time.perf_counter()
-        selfcoded.discover(ctx)
+        selfcoded.discover(ctx)  # a fresh Discovery each time: nothing remembered
         out.append((time.perf_counter() - t) * 1000)
     return statistics.median(out), percentile(out, 0.95)
 
@@ -166,7 +169,7 @@ def overhead_ms(ctx: ToolContext) -> tuple[float, float]:
     preparation before the turn arrives (warm discovery and the registry)."""
     settings = load_settings(environ={"SHELLDON_HOME": str(ctx.workspace.parent)})
     reply = Completion(text="hi", usage=Usage(1, 1))
-    selfcoded.discover(ctx)
+    selfcoded.discover(ctx, MEMORY)
     registry = registry_for(ctx)
 
     def ask(job: Job) -> Completion:
@@ -257,7 +260,6 @@ def main() -> None:
                 live_tools=sc.live_dir,
                 require_fs_layer=False,
             )
-            selfcoded._seen = None
             assert len(selfcoded.discover(ctx)) == n
             row: dict[str, Any] = {"n": n}
             target = f"tool_{n // 2:03d}"
@@ -275,7 +277,6 @@ def main() -> None:
             row["disc50"], row["disc95"] = discovery_ms(ctx)
             row["overhead"], row["prep"] = overhead_ms(ctx)
             row["before"] = before_first_request(ctx)
-            selfcoded._seen = None
             rows.append(row)
     service = {}
     if args.service_turns:

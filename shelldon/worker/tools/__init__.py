@@ -42,8 +42,9 @@ def context_from_settings(settings: Settings) -> ToolContext:
     )
 
 
-def build_registry(settings: Settings) -> Registry:
-    """Every tool a turn may call: the built-in families, then the live self-coded tools."""
+def build_registry(settings: Settings, discovery: selfcoded.Discovery | None = None) -> Registry:
+    """Every tool a turn may call: the built-in families, then the live self-coded tools
+    (``discovery``: the zygote's, which remembers its last result)."""
     registry = Registry(context_from_settings(settings))
     # Built-in families, FREE first; RISKY families and self-coded discovery follow.
     registry.add_all(clock.specs())
@@ -54,5 +55,5 @@ def build_registry(settings: Settings) -> Registry:
     registry.add_all(http.specs())
     registry.add_all(git.specs())
     # Self-coded tools last: a name collision with a built-in is refused (built-ins win).
-    registry.add_all(selfcoded.discover(registry.context))
+    registry.add_all(selfcoded.discover(registry.context, discovery))
     return registry

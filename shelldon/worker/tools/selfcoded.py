@@ -164,12 +164,6 @@ class _Seen:
     specs: tuple[ToolSpec, ...]
 
 
-# The last result in this process. A process that discovers before it forks (the turn actor)
-# hands it to every worker: a worker then only reads the manifest bytes and lists the dir, and
-# rebuilds when either differs in any byte or name.
-_seen: _Seen | None = None
-
-
 @contextlib.contextmanager
 def _gc_paused() -> Iterator[None]:
     """Pause the cyclic GC: reading the manifest allocates thousands of small containers that
@@ -183,10 +177,54 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def discover(ctx: ToolContext) -> list[ToolSpec]:
-    """The live self-coded tools as FREE specs (broken modules are logged and left out)."""
-    with _gc_paused():
-        return _discover(ctx)
+class Discovery:
+    """Discovery that keeps its last result and the exact inputs it was built from. The zygote
+    holds one and discovers before every fork; the worker, handed the same object
+    (``build_registry``), then only reads the manifest bytes and lists the dir, and rebuilds
+    when either differs in any byte or name."""
+
+    def __init__(self) -> None:
+        self.seen: _Seen | None = None
+        self.told_off = False  # said once: the start log and doctor say it too
+
+    def __call__(self, ctx: ToolContext) -> list[ToolSpec]:
+        with _gc_paused():
+            return self._discover(ctx)
+
+    def _discover(self, ctx: ToolContext) -> list[ToolSpec]:
+        tools_dir = live_tools_dir(ctx)
+        if tools_dir is None:
+            return []
+        if ctx.selfcoded_off:
+            if not self.told_off:
+                self.told_off = True
+                log.warning("selfcoded_tools_off", why=ctx.selfcoded_off)
+            return []
+        raw, on_disk = _read_inputs(tools_dir)
+        if raw is None and not on_disk:
+            return []  # an empty toolbox (nothing promoted yet): nothing to read, nothing wrong
+        seen = self.seen
+        if (
+            seen is not None
+            and raw is not None
+            and seen.raw == raw
+            and seen.on_disk == on_disk
+            and seen.tools_dir == tools_dir
+        ):
+            return list(seen.specs)
+        manifest = _load_manifest(tools_dir, raw)
+        if manifest is None:
+            return []
+        specs = _build(tools_dir, manifest, on_disk)
+        if raw is not None:
+            self.seen = _Seen(tools_dir, raw, on_disk, tuple(specs))
+        return specs
+
+
+def discover(ctx: ToolContext, discovery: Discovery | None = None) -> list[ToolSpec]:
+    """The live self-coded tools as FREE specs (broken modules are logged and left out); with
+    ``discovery``, its last result when the toolbox did not change since."""
+    return (discovery or Discovery())(ctx)
 
 
 Fingerprint = tuple[bool, bytes | None, frozenset[str]]
@@ -217,40 +255,6 @@ def _read_inputs(tools_dir: Path) -> tuple[bytes | None, frozenset[str]]:
         # tools it can load. The fingerprint tells the zygote such a spare is stale.
         on_disk = frozenset()
     return raw, on_disk
-
-
-_told_off = False
-
-
-def _discover(ctx: ToolContext) -> list[ToolSpec]:
-    global _seen, _told_off  # noqa: PLW0603 - the one-entry cache described above
-    tools_dir = live_tools_dir(ctx)
-    if tools_dir is None:
-        return []
-    if ctx.selfcoded_off:
-        if not _told_off:  # once per process: the start log and doctor say it too
-            _told_off = True
-            log.warning("selfcoded_tools_off", why=ctx.selfcoded_off)
-        return []
-    raw, on_disk = _read_inputs(tools_dir)
-    if raw is None and not on_disk:
-        return []  # an empty toolbox (nothing promoted yet): nothing to read, nothing wrong
-    seen = _seen
-    if (
-        seen is not None
-        and raw is not None
-        and seen.raw == raw
-        and seen.on_disk == on_disk
-        and seen.tools_dir == tools_dir
-    ):
-        return list(seen.specs)
-    manifest = _load_manifest(tools_dir, raw)
-    if manifest is None:
-        return []
-    specs = _build(tools_dir, manifest, on_disk)
-    if raw is not None:
-        _seen = _Seen(tools_dir, raw, on_disk, tuple(specs))
-    return specs
 
 
 def _build(tools_dir: Path, manifest: Manifest, on_disk: frozenset[str]) -> list[ToolSpec]:

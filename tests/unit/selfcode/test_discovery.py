@@ -27,9 +27,9 @@ from shelldon.contracts import Role, Tier, ToolCall, ToolDefinition, TurnRequest
 from shelldon.toolbox.manifest import code_hash
 from shelldon.toolbox.toolbox import Toolbox
 from shelldon.worker.loop import run_turn
-from shelldon.worker.tools import context_from_settings, selfcoded
+from shelldon.worker.tools import context_from_settings
 from shelldon.worker.tools.registry import Registry, ToolContext, ToolSpec, execute_tool
-from shelldon.worker.tools.selfcoded import MODULE_PREFIX, discover
+from shelldon.worker.tools.selfcoded import MODULE_PREFIX, Discovery, discover
 from tests.unit.worker.brain import ScriptedBrain, calls, catalogued, say
 from tests.unit.worker.brain import call as brain_call
 
@@ -231,9 +231,7 @@ def test_without_a_filesystem_layer_nothing_is_discovered(
     mode: str,
     fs: str,
     capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(selfcoded, "_told_off", False)  # said once per process
     promote(sc, "adder", ADDER)
     bare = dataclasses.replace(settings, sandbox=SandboxSettings(mode=mode, fs=fs))
     ctx = context_from_settings(bare)
@@ -310,24 +308,27 @@ def test_replaced_tool_runs_the_new_code_in_the_same_process(sc: Toolbox, ctx: T
 
 def test_unchanged_toolbox_is_reused_and_any_change_rebuilds(sc: Toolbox, ctx: ToolContext) -> None:
     promote(sc, "adder", ADDER)
-    first = discover(ctx)
-    assert discover(ctx)[0] is first[0]  # same manifest bytes, same files: nothing rebuilt
+    memory = Discovery()
+    first = discover(ctx, memory)
+    assert discover(ctx, memory)[0] is first[0]  # same manifest bytes, same files: no rebuild
+    assert discover(ctx)[0] is not first[0]  # no memory handed over: built afresh
     promote(sc, "other", tool())
-    second = discover(ctx)
+    second = discover(ctx, memory)
     assert [s.name for s in second] == ["adder", "other"]
     assert second[0] is not first[0]
     (sc.live_dir / "stray.py").write_text(tool())  # a new file alone also triggers a rebuild
-    assert discover(ctx)[0] is not second[0]
+    assert discover(ctx, memory)[0] is not second[0]
 
 
 def test_worker_forked_after_discovery_inherits_the_result(sc: Toolbox, ctx: ToolContext) -> None:
     promote(sc, "adder", ADDER)
-    parent = discover(ctx)
+    memory = Discovery()  # the zygote's, handed to each worker it forks
+    parent = discover(ctx, memory)
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the worker: one answer, then out without running pytest's teardown
         try:
-            child = discover(ctx)
+            child = discover(ctx, memory)
             os.write(write_end, b"same" if child[0] is parent[0] else b"rebuilt")
         finally:
             os._exit(0)
