@@ -6,27 +6,17 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Collection
-from typing import Any
+from collections.abc import Collection
 
 import structlog
 from thespian.actors import ActorAddress, WakeupMessage
 
 from actors.messages import (
-    AskOwner,
-    CardExpired,
-    DecidePromotion,
     GateTool,
-    Idle,
     InboxChanged,
     ParkApproval,
     PeerRestarted,
-    Reply,
-    Settle,
-    StartResume,
     StartTurn,
-    StrikeTools,
-    TakeApproval,
     TurnEnded,
     Wire,
 )
@@ -50,6 +40,7 @@ from shelldon.replies import describe_call
 from shelldon.rules import arbiter as rules
 from shelldon.rules import effects as fx
 from shelldon.rules.commands import owners_of
+from shelldon.rules.effects import AskOwner, Say, SettleTap, TakeParked
 from shelldon.rules.inbox_plan import InboxView, inbox_view
 from shelldon.rules.replies import EXPIRED, approval_question
 from shelldon.store import Store
@@ -62,21 +53,18 @@ DUE_AT_ONCE = 50
 """Scheduled turns looked at per inbox read (the rest wait for the next one)."""
 
 
-SENDS: dict[type, tuple[str, Callable[[Any], Any]]] = {
-    fx.Say: ("transport", lambda e: Reply(e.chat_id, e.text, markdown_chars=e.markdown_chars)),
-    fx.SettleTap: ("transport", lambda e: Settle(e.decision, e.outcome, e.final)),
-    fx.ExpireCard: (
-        "transport",
-        lambda e: CardExpired(e.chat_id, e.turn_id, e.outcome, e.notice),
-    ),
-    fx.NowIdle: ("transport", lambda e: Idle(e.chat_id)),
-    fx.RoutePromotion: ("gate", lambda e: DecidePromotion(e.decision)),
+SENDS: dict[type, str] = {
+    fx.Say: "transport",
+    fx.SettleTap: "transport",
+    fx.ExpireCard: "transport",
+    fx.NowIdle: "transport",
+    fx.RoutePromotion: "gate",
     # To itself: the approval is taken once the inbox read that asked for it is done.
-    fx.TakeParked: ("arbiter", lambda e: TakeApproval(e.decision, e.tapped_at)),
-    fx.Resume: ("turn", lambda e: StartResume(e.request)),
-    fx.Strike: ("strikes", lambda e: StrikeTools(e.chat_id, e.failures)),
+    fx.TakeParked: "arbiter",
+    fx.Resume: "turn",
+    fx.Strike: "strikes",
 }
-"""Effects that are one message to one peer: the peer's role and the message."""
+"""Effects that are one message to one peer, sent as they are: the peer's role."""
 
 
 class InboxOutOfStep(RuntimeError):
@@ -137,7 +125,7 @@ class ArbiterActor(WiredActor):
         if self.arbiter is not None:
             self._run(self.arbiter.on_park(msg.turn_id, msg.chat_id, msg.op))
 
-    def receiveMsg_TakeApproval(self, msg: TakeApproval, sender: ActorAddress) -> None:
+    def receiveMsg_TakeParked(self, msg: TakeParked, sender: ActorAddress) -> None:
         assert self.store is not None and self.arbiter is not None
         now, decision = time.time(), msg.decision
         # A tap queued behind a running turn counts from when it was accepted.
@@ -174,8 +162,7 @@ class ArbiterActor(WiredActor):
         assert store is not None and settings is not None and arbiter is not None
         now = time.time()
         if type(effect) in SENDS:
-            role, message = SENDS[type(effect)]
-            self.send(self.peers[role], message(effect))
+            self.send(self.peers[SENDS[type(effect)]], effect)
             return
         match effect:
             case fx.RefusePark(turn_id, call, why):
@@ -191,7 +178,7 @@ class ArbiterActor(WiredActor):
                 text = answer_command(
                     name, arg, store, self.selfcode, settings, now, chat_id=chat_id
                 )
-                self.send(self.peers["transport"], Reply(chat_id, text))
+                self.send(self.peers["transport"], Say(chat_id, text))
             case fx.BeginTurn():
                 self._begin(store, settings, effect)
             case fx.FinishInbox(turn_id):
@@ -257,7 +244,7 @@ class ArbiterActor(WiredActor):
                     detail = {"round": offer.round, "offer": decision.turn_id}
                     store.audit.record("owner", "repair_dropped", offer.name, detail, now)
                     outcome = f"🗑 Dropped {offer.name}."
-                self.send(self.peers["transport"], Settle(decision, outcome))
+                self.send(self.peers["transport"], SettleTap(decision, outcome))
             case fx.SpendBudget(day):
                 if not store.schedule.spend_budget(day, 1, settings.limits.daily_turn_budget):
                     raise InboxOutOfStep(f"the budget of {day} was spent behind my back")

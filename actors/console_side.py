@@ -15,16 +15,18 @@ from actors.messages import (
     CONSOLE_DONE,
     CONSOLE_FAILED,
     TOOL_REFUSED,
-    AskOwner,
-    CardExpired,
     InboxChanged,
-    Reply,
-    Settle,
     Wire,
 )
 from actors.transport_side import TransportSide
 from shelldon.contracts import Decision, InboundMessage, encode
 from shelldon.rules.commands import is_chat
+from shelldon.rules.effects import (
+    AskOwner,
+    ExpireCard,
+    Say,
+    SettleTap,
+)
 from shelldon.transport.console import (
     ASK,
     INDENT,
@@ -176,7 +178,7 @@ class ConsoleSide(TransportSide):
         if self.in_fd >= 0 and self.in_fd in fds:
             self._console_input()
 
-    def reply(self, msg: Reply) -> None:
+    def reply(self, msg: Say) -> None:
         self._write(format_reply(msg.text))
         if msg.kind == TOOL_REFUSED and self.session.on_tool_refused():
             self._end_story()
@@ -211,7 +213,7 @@ class ConsoleSide(TransportSide):
         else:
             self._write("\n".join(lines) + "\n" + INDENT + ASK)
 
-    def settle(self, msg: Settle) -> None:
+    def settle(self, msg: SettleTap) -> None:
         self._write(format_reply(msg.outcome))
         if not msg.final:
             return  # queued behind a running turn: the final outcome follows
@@ -222,7 +224,7 @@ class ConsoleSide(TransportSide):
         elif self.session.failure:
             self._end_story()
 
-    def expire(self, msg: CardExpired) -> None:
+    def expire(self, msg: ExpireCard) -> None:
         self.session.forget(msg.turn_id)
         self.asked.pop(msg.turn_id, None)
         self._write(format_reply(msg.notice))

@@ -5,7 +5,6 @@ promotes or discards it, and quarantines a tool that reached the strike threshol
 from __future__ import annotations
 
 import collections
-import dataclasses
 import datetime as dt
 import time
 from pathlib import Path
@@ -15,19 +14,21 @@ from thespian.actors import ActorAddress, ActorExitRequest, WakeupMessage, Watch
 
 from actors.messages import (
     TOOL_REFUSED,
-    AskOwner,
-    DecidePromotion,
     GateTool,
     QuarantineDue,
-    Reply,
-    Settle,
     Wire,
 )
 from actors.wired import WiredActor
 from shelldon.contracts import Decision
 from shelldon.proc.child import SpawnError
 from shelldon.rules import promotion
-from shelldon.rules.effects import RecordReply, SettleTap
+from shelldon.rules.effects import (
+    AskOwner,
+    RecordReply,
+    RoutePromotion,
+    Say,
+    SettleTap,
+)
 from shelldon.rules.promotion import Proposal
 from shelldon.rules.strikes import quarantine_reason, quarantined_text
 from shelldon.toolbox.gate import GateLimits, GateReport, GateRun, PendingGate
@@ -123,7 +124,7 @@ class GateRunnerActor(WiredActor):
         proposal = Proposal(job.turn_id, job.chat_id, job.proposal, job.round)
         self._run(promotion.gated(proposal, staged, base, report, self.settings.limits))
 
-    def receiveMsg_DecidePromotion(self, msg: DecidePromotion, sender: ActorAddress) -> None:
+    def receiveMsg_RoutePromotion(self, msg: RoutePromotion, sender: ActorAddress) -> None:
         assert self.store is not None
         taken = self.store.parked.take_promotion(msg.decision.turn_id, time.time())
         self._run(promotion.promotion_taken(msg.decision, taken), msg.decision)
@@ -180,7 +181,7 @@ class GateRunnerActor(WiredActor):
             case promotion.ResetStrikes(name):
                 store.tools.reset_strikes(name)
             case SettleTap(tapped, outcome, final):
-                self.send(self.peers["transport"], Settle(tapped, outcome, final))
+                self.send(self.peers["transport"], SettleTap(tapped, outcome, final))
 
     def receiveMsg_QuarantineDue(self, msg: QuarantineDue, sender: ActorAddress) -> None:
         assert self.store is not None and self.selfcode is not None
@@ -198,11 +199,10 @@ class GateRunnerActor(WiredActor):
             self.running[1].kill()
             self.running = None
 
-    def _ask(self, ask: promotion.Ask) -> None:
-        fields = {f.name: getattr(ask, f.name) for f in dataclasses.fields(ask)}
-        self.send(self.peers["transport"], AskOwner(**fields))
+    def _ask(self, ask: AskOwner) -> None:
+        self.send(self.peers["transport"], ask)
 
     def _tell(self, chat_id: int, text: str, pre_output: str = "", kind: str = "") -> None:
         if pre_output:
             text = f"{text}\n\n{pre_output[-1500:]}"
-        self.send(self.peers["transport"], Reply(chat_id, text, kind=kind))
+        self.send(self.peers["transport"], Say(chat_id, text, kind=kind))

@@ -15,16 +15,17 @@ if TYPE_CHECKING:
     from shelldon.worker.zygote import Zygote
 from shelldon.contracts import (
     Completion,
-    Decision,
     JobFailed,
     ProposeTool,
     RequestToolApproval,
     Result,
-    ResumeRequest,
-    ToolCall,
-    ToolFailure,
     TurnRequest,
 )
+
+# The rules' effects that are one message to one peer travel as they are, from
+# ``shelldon.rules.effects``: to the transport Say, AskOwner, SettleTap, ExpireCard and NowIdle; to
+# the gate runner RoutePromotion; to the turn actor Resume; to the strike ledger Strike; the
+# arbiter's own TakeParked.
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,19 +56,7 @@ CONSOLE_FAILED = b"fail"
 """... and when it ended early because something failed (the demo's story could not go on)."""
 
 TOOL_REFUSED = "tool_refused"
-"""``Reply.kind`` of a proposed tool that was refused or failed its gate: nothing to promote."""
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """→ transport: send ``text`` to the owner; ``kind`` says what it reports ("" a chat
-    reply, ``TOOL_REFUSED``), so the console's demo can tell without reading the text. The
-    first ``markdown_chars`` characters are the model's Markdown (Telegram renders them)."""
-
-    chat_id: int
-    text: str
-    kind: str = ""
-    markdown_chars: int = 0
+"""``Say.kind`` of a proposed tool that was refused or failed its gate: nothing to promote."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,58 +67,10 @@ class Typing:
 
 
 @dataclass(frozen=True, slots=True)
-class AskOwner:
-    """→ transport: an approval keyboard for a parked RISKY call (``call`` set), a tool
-    promotion (``proposal`` set) or, with ``failed``, a failed gate's "Try to fix" / "Drop"
-    card; ``turn_id`` goes into the callback data, ``text`` is the plain one-line question.
-    A replacement's card says ``replaces`` and shows ``diff`` against the live version."""
-
-    chat_id: int
-    turn_id: str
-    text: str
-    call: ToolCall | None = None
-    proposal: ProposeTool | None = None
-    description: str = ""
-    gate_summary: str = ""
-    replaces: str = ""
-    diff: str = ""
-    failed: bool = False
-    output: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Settle:
-    """→ transport: a decision was handled (or, not ``final``, queued): its card keeps what
-    was asked, adds ``outcome`` and loses its keyboard."""
-
-    decision: Decision
-    outcome: str
-    final: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class CardExpired:
-    """Arbiter → transport: the approval or promotion parked under ``turn_id`` expired
-    untapped; its card says so and the owner is told ``notice``."""
-
-    chat_id: int
-    turn_id: str
-    outcome: str
-    notice: str
-
-
-@dataclass(frozen=True, slots=True)
 class StartTurn:
     """Arbiter → turn actor: run a fresh turn."""
 
     request: TurnRequest
-
-
-@dataclass(frozen=True, slots=True)
-class StartResume:
-    """Arbiter → turn actor: resume a parked turn after the owner's decision."""
-
-    request: ResumeRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,15 +92,6 @@ class ParkApproval:
 
 
 @dataclass(frozen=True, slots=True)
-class TakeApproval:
-    """Arbiter → itself: consume the parked call for this decision, judging its
-    expiry at ``tapped_at`` (a queued tap's acceptance; 0: now)."""
-
-    decision: Decision
-    tapped_at: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
 class GateTool:
     """Arbiter → gate runner: stage and gate a proposed tool; ``round`` is its repair round
     (0: not made by a repair turn), from the arbiter's records."""
@@ -168,21 +100,6 @@ class GateTool:
     chat_id: int
     proposal: ProposeTool
     round: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class DecidePromotion:
-    """Arbiter → gate runner: the owner tapped on a promotion keyboard."""
-
-    decision: Decision
-
-
-@dataclass(frozen=True, slots=True)
-class StrikeTools:
-    """Arbiter → strike ledger: self-coded tools failed in a turn."""
-
-    chat_id: int
-    failures: tuple[ToolFailure, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,13 +142,6 @@ class Boot:
     story: tuple[tuple[str, bool], ...] = ()
     auto_yes: bool = False
     zygote: Zygote | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Idle:
-    """Arbiter → transport: no turn is running for ``chat_id`` now (the console's cue)."""
-
-    chat_id: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,13 @@ import time
 import structlog
 from thespian.actors import ActorAddress
 
-from actors.messages import QuarantineDue, StrikeTools
+from actors.messages import (
+    QuarantineDue,
+)
 from actors.wired import WiredActor
+from shelldon.rules.effects import (
+    Strike,
+)
 from shelldon.rules.strikes import quarantine_due, struck
 
 log = structlog.get_logger(__name__)
@@ -18,7 +23,7 @@ log = structlog.get_logger(__name__)
 class StrikeLedgerActor(WiredActor):
     """Owns tool_health."""
 
-    def receiveMsg_StrikeTools(self, msg: StrikeTools, sender: ActorAddress) -> None:
+    def receiveMsg_Strike(self, msg: Strike, sender: ActorAddress) -> None:
         assert self.store is not None and self.settings is not None
         approved = (tool.name for tool in self.store.tools.approved())
         for failure in struck(msg.failures, approved):

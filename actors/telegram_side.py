@@ -11,17 +11,19 @@ import structlog
 
 from actors.bridge import AsyncBridge
 from actors.messages import (
-    AskOwner,
-    CardExpired,
     Fatal,
     InboxChanged,
-    Reply,
-    Settle,
     TransportPolling,
     Typing,
 )
 from actors.transport_side import TransportSide
 from shelldon.config import Settings
+from shelldon.rules.effects import (
+    AskOwner,
+    ExpireCard,
+    Say,
+    SettleTap,
+)
 
 if TYPE_CHECKING:
     from actors.transport import TransportActor
@@ -79,7 +81,7 @@ class TelegramSide(TransportSide):
         if self.bridge is not None and self.bridge.fileno() in fds:
             self._drain_bridge()
 
-    def reply(self, msg: Reply) -> None:
+    def reply(self, msg: Say) -> None:
         if self.telegram is not None and self.bridge is not None:
             reply = self.telegram.reply(msg.chat_id, msg.text, msg.markdown_chars)
             self.bridge.submit(reply, ("reply", msg.chat_id))
@@ -92,11 +94,11 @@ class TelegramSide(TransportSide):
         if self.telegram is not None and self.bridge is not None:
             self.bridge.submit(self.telegram.ask(msg), ("ask", msg.turn_id))
 
-    def settle(self, msg: Settle) -> None:
+    def settle(self, msg: SettleTap) -> None:
         if self.telegram is not None and self.bridge is not None:
             self.bridge.submit(self.telegram.settle(msg), ("settle", msg.decision.turn_id))
 
-    def expire(self, msg: CardExpired) -> None:
+    def expire(self, msg: ExpireCard) -> None:
         if self.telegram is not None and self.bridge is not None:
             self.bridge.submit(self.telegram.expire(msg), ("expire", msg.turn_id))
 

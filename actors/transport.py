@@ -9,11 +9,6 @@ from thespian.actors import ActorAddress, ActorExitRequest, WakeupMessage, Watch
 
 from actors.console_side import ConsoleSide
 from actors.messages import (
-    AskOwner,
-    CardExpired,
-    Idle,
-    Reply,
-    Settle,
     TransportPolling,
     Typing,
     Wire,
@@ -21,6 +16,13 @@ from actors.messages import (
 from actors.telegram_side import TelegramSide
 from actors.transport_side import TransportSide
 from actors.wired import WiredActor
+from shelldon.rules.effects import (
+    AskOwner,
+    ExpireCard,
+    NowIdle,
+    Say,
+    SettleTap,
+)
 
 
 class TransportActor(WiredActor):
@@ -42,7 +44,7 @@ class TransportActor(WiredActor):
     def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: ActorAddress) -> None:
         self.side.ready(msg.ready)
 
-    def receiveMsg_Reply(self, msg: Reply, sender: ActorAddress) -> None:
+    def receiveMsg_Say(self, msg: Say, sender: ActorAddress) -> None:
         self.side.reply(msg)
 
     def receiveMsg_Typing(self, msg: Typing, sender: ActorAddress) -> None:
@@ -51,13 +53,13 @@ class TransportActor(WiredActor):
     def receiveMsg_AskOwner(self, msg: AskOwner, sender: ActorAddress) -> None:
         self.side.ask(msg)
 
-    def receiveMsg_Settle(self, msg: Settle, sender: ActorAddress) -> None:
+    def receiveMsg_SettleTap(self, msg: SettleTap, sender: ActorAddress) -> None:
         self.side.settle(msg)
 
-    def receiveMsg_CardExpired(self, msg: CardExpired, sender: ActorAddress) -> None:
+    def receiveMsg_ExpireCard(self, msg: ExpireCard, sender: ActorAddress) -> None:
         self.side.expire(msg)
 
-    def receiveMsg_Idle(self, msg: Idle, sender: ActorAddress) -> None:
+    def receiveMsg_NowIdle(self, msg: NowIdle, sender: ActorAddress) -> None:
         self.side.idle()
 
     def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: ActorAddress) -> None:

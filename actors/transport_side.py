@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from actors.messages import AskOwner, CardExpired, Reply, Settle, Typing
+from actors.messages import (
+    Typing,
+)
+from shelldon.rules.effects import (
+    AskOwner,
+    ExpireCard,
+    Say,
+    SettleTap,
+)
 
 if TYPE_CHECKING:
     from actors.transport import TransportActor
@@ -20,7 +28,7 @@ class TransportSide:
     def ready(self, fds: list[int]) -> None:
         """Some descriptor this side asked the actor to watch is readable."""
 
-    def reply(self, msg: Reply) -> None:
+    def reply(self, msg: Say) -> None:
         """Show the owner a reply."""
 
     def typing(self, msg: Typing) -> None:
@@ -29,10 +37,10 @@ class TransportSide:
     def ask(self, msg: AskOwner) -> None:
         """Ask the owner to decide a RISKY call or a promotion."""
 
-    def settle(self, msg: Settle) -> None:
+    def settle(self, msg: SettleTap) -> None:
         """Tell the owner the outcome of a decision."""
 
-    def expire(self, msg: CardExpired) -> None:
+    def expire(self, msg: ExpireCard) -> None:
         """Tell the owner an undecided question has expired."""
 
     def idle(self) -> None:

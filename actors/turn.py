@@ -15,11 +15,21 @@ from dataclasses import dataclass
 import structlog
 from thespian.actors import ActorAddress, ActorExitRequest, WakeupMessage, WatchMessage
 
-from actors.messages import Fatal, JobAnswer, StartResume, StartTurn, TurnEnded, Typing, Wire
+from actors.messages import (
+    Fatal,
+    JobAnswer,
+    StartTurn,
+    TurnEnded,
+    Typing,
+    Wire,
+)
 from actors.wired import WiredActor
 from shelldon.contracts import Result, ResumeRequest, TurnRequest
 from shelldon.proc.child import SpawnError
 from shelldon.proc.oom import death_kind, oom_baseline
+from shelldon.rules.effects import (
+    Resume,
+)
 from shelldon.rules.exits import AwaitedExit, Verdict, next_wake
 from shelldon.rules.turnwatch import (
     Finished,
@@ -70,7 +80,7 @@ class TurnActor(WiredActor):
         req = msg.request
         self._start(req.turn_id, req.chat_id, req.source, req)
 
-    def receiveMsg_StartResume(self, msg: StartResume, sender: ActorAddress) -> None:
+    def receiveMsg_Resume(self, msg: Resume, sender: ActorAddress) -> None:
         req = msg.request
         self._start(req.turn_id, req.chat_id, "owner", req)
 

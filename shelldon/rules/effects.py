@@ -1,11 +1,12 @@
 """The arbiter's effects: frozen values the ArbiterActor carries out in order (send a message,
-take or write a sqlite row)."""
+take or write a sqlite row). One that is a message to one peer is sent as it is: the actors'
+vocabulary (``actors.messages``) holds these very values."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shelldon.contracts import Decision, Op, ResumeRequest, ToolCall, ToolFailure
+from shelldon.contracts import Decision, Op, ProposeTool, ResumeRequest, ToolCall, ToolFailure
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,11 +20,34 @@ class TakeRow:
 @dataclass(frozen=True, slots=True)
 class Say:
     """Send ``text`` to the owner; its first ``markdown_chars`` characters are the model's
-    Markdown (rendered by a transport that can), the rest is sent as written."""
+    Markdown (rendered by a transport that can), the rest is sent as written. ``kind`` says
+    what it reports ("" a chat reply; ``actors.messages.TOOL_REFUSED``), so the console's demo
+    can tell without reading the text."""
 
     chat_id: int
     text: str
     markdown_chars: int = 0
+    kind: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AskOwner:
+    """An approval keyboard for a parked RISKY call (``call`` set), a tool promotion
+    (``proposal`` set) or, with ``failed``, a failed gate's "Try to fix" / "Drop" card;
+    ``turn_id`` goes into the callback data, ``text`` is the plain one-line question. A
+    replacement's card says ``replaces`` and shows ``diff`` against the live version."""
+
+    chat_id: int
+    turn_id: str
+    text: str
+    call: ToolCall | None = None
+    proposal: ProposeTool | None = None
+    description: str = ""
+    gate_summary: str = ""
+    replaces: str = ""
+    diff: str = ""
+    failed: bool = False
+    output: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from shelldon.config import LimitsSettings
 from shelldon.contracts import Decision, ProposeTool
-from shelldon.rules.effects import RecordReply, SettleTap
+from shelldon.rules.effects import AskOwner, RecordReply, SettleTap
 from shelldon.rules.repair import capped_report, offers_repair
 from shelldon.store.rows import ParkedPromotion, RepairOffer
 from shelldon.toolbox.convention import read_declaration
@@ -89,23 +89,6 @@ class Audit:
 
 
 @dataclass(frozen=True, slots=True)
-class Ask:
-    """The owner's promotion card (or, ``failed``, a failed gate's repair card), shown once its
-    row is parked."""
-
-    chat_id: int
-    turn_id: str
-    text: str
-    proposal: ProposeTool
-    description: str = ""
-    gate_summary: str = ""
-    replaces: str = ""
-    diff: str = ""
-    failed: bool = False
-    output: str = ""
-
-
-@dataclass(frozen=True, slots=True)
 class ParkPromotion:
     """Park a passing tool, with the bytes the gate judged, until the owner taps; then ``ask``."""
 
@@ -118,7 +101,7 @@ class ParkPromotion:
     code: bytes
     test: bytes
     replaces_hash: str
-    ask: Ask
+    ask: AskOwner
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +111,7 @@ class ParkRepair:
     offer: RepairOffer
     summary: str
     ttl_s: float
-    ask: Ask
+    ask: AskOwner
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,11 +193,11 @@ def gated(
         text = f"I wrote a new version of {name} and it passed its test — replace the live one?"
         replaces = replaces_line(name, base.approved_at, base.state)
         diff = replacement_diff(name, base.code, base.test, judged.code, judged.test)
-    ask = Ask(
+    ask = AskOwner(
         job.chat_id,
         job.turn_id,
         text,
-        job.proposal,
+        proposal=job.proposal,
         description=tool_description(job.proposal.code),
         gate_summary=summary,
         replaces=replaces,
@@ -276,11 +259,11 @@ def _failed(
         replaces=job.proposal.replaces,
         report=capped_report(summary, report.output, limits.repair_report_chars),
     )
-    ask = Ask(
+    ask = AskOwner(
         job.chat_id,
         job.turn_id,
         text,
-        job.proposal,
+        proposal=job.proposal,
         gate_summary=summary,
         failed=True,
         output=report.output[-OUTPUT_CHARS:],

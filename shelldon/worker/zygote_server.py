@@ -60,6 +60,18 @@ _FDS = {"ping": 0, "kill": 0, "close": 0, "spawn": 2, "gate": 1}
 """Each op, and the descriptors that come with it (the reply socket first)."""
 
 
+def read_request(memfd: int) -> bytes:
+    """The encoded request in ``memfd``, which is closed here, before any fork: no worker
+    inherits it."""
+    try:
+        size = os.fstat(memfd).st_size
+        if size > MAX_REQUEST:
+            raise RequestError("protocol", f"request over {MAX_REQUEST} bytes")
+        return os.pread(memfd, size, 0)
+    finally:
+        os.close(memfd)
+
+
 class RequestError(Exception):
     """A request the zygote refuses (the reply says why); the zygote keeps serving."""
 
@@ -229,7 +241,7 @@ class ZygoteServer:
                 else:
                     self.handlers[op](request)
             elif op == "spawn":
-                self.spawn(reply_to, fds[0])
+                self.spawn(reply_to, read_request(fds.pop(0)))
             else:
                 self.gate(reply_to, request)
         except RequestError as exc:
@@ -275,13 +287,9 @@ class ZygoteServer:
         spare = self.spare
         return {"pid": os.getpid(), "spare": spare.handle.pid if spare is not None else None}
 
-    def spawn(self, reply_to: socket.socket, memfd: int) -> None:
-        """Hand a worker for the request in ``memfd`` to the service: the spare, or a fresh
-        fork; its channel end and exit pipe go back on ``reply_to``."""
-        size = os.fstat(memfd).st_size
-        if size > MAX_REQUEST:
-            raise RequestError("protocol", f"request over {MAX_REQUEST} bytes")
-        blob = os.pread(memfd, size, 0)
+    def spawn(self, reply_to: socket.socket, blob: bytes) -> None:
+        """Hand a worker for the encoded request ``blob`` to the service: the spare, or a
+        fresh fork; its channel end and exit pipe go back on ``reply_to``."""
         try:
             contract = decode(blob)
         except ContractError as exc:
@@ -328,6 +336,7 @@ class ZygoteServer:
             # The service holds the channel now; a copy here would hide the worker's EOF.
             handle.sock.close()
             os.close(exit_r)
+            reply_to.close()  # before the next fork: no spare holds the service's reply socket
         # Only now, with the service already talking to this turn's worker: the next spare.
         if self.refill():
             self.rehearse()

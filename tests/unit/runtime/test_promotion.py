@@ -8,10 +8,9 @@ from dataclasses import dataclass
 
 from shelldon.config import LimitsSettings
 from shelldon.contracts import Decision, ProposeTool
-from shelldon.rules.effects import RecordReply, SettleTap
+from shelldon.rules.effects import AskOwner, RecordReply, SettleTap
 from shelldon.rules.promotion import (
     PROMOTION_EXPIRED,
-    Ask,
     Audit,
     ParkPromotion,
     ParkRepair,
@@ -78,7 +77,7 @@ def test_a_passing_tool_is_parked_with_the_judged_bytes_and_the_owner_asked() ->
     ask = park.ask
     assert (park.code, park.test, park.replaces_hash) == (CODE.encode(), TEST.encode(), "")
     assert park.ttl_s == LIMITS.approval_ttl_s
-    assert isinstance(ask, Ask) and "add it to my toolbox?" in ask.text
+    assert isinstance(ask, AskOwner) and "add it to my toolbox?" in ask.text
     assert ask.description == "Adds two numbers."
     assert ask.gate_summary.startswith("passed: 1 test(s)")
 
@@ -87,7 +86,7 @@ def test_a_replacement_shows_what_it_changes_against_the_live_version() -> None:
     _, park = gated(job(), Judged(), Live(), Report(), LIMITS)
     assert isinstance(park, ParkPromotion) and park.replaces_hash == "h-old"
     ask = park.ask
-    assert isinstance(ask, Ask) and "replace the live one?" in ask.text
+    assert isinstance(ask, AskOwner) and "replace the live one?" in ask.text
     assert "return a - b" in ask.diff and ask.replaces
 
 
@@ -97,7 +96,7 @@ def test_a_failed_gate_is_recorded_and_offered_a_fix_while_rounds_last() -> None
     assert isinstance(record, RecordReply) and "failed its gate" in record.text
     assert isinstance(park, ParkRepair) and park.offer.round == 0
     ask = park.ask
-    assert isinstance(ask, Ask) and ask.failed and ask.output == "E assert 0 == 3"
+    assert isinstance(ask, AskOwner) and ask.failed and ask.output == "E assert 0 == 3"
 
 
 def test_a_failed_gate_past_its_rounds_is_thrown_away_without_an_offer() -> None:
