@@ -60,6 +60,16 @@ def provider_key(brain: BrainSettings) -> tuple[str, bool] | None:
     return None
 
 
+def fallback_key(brain: BrainSettings) -> tuple[str, bool] | None:
+    """The secret ``[brain.fallback]`` uses and whether it is required, or None (no fallback);
+    a keyless local server is allowed as for the main provider."""
+    fb = brain.fallback
+    if not fb.provider:
+        return None
+    local = fb.provider == "openai" and bool(fb.base_url) and is_local_url(fb.base_url)
+    return fb.key_name, not local
+
+
 class SecretMissingError(RuntimeError):
     """A secret the configuration needs was found nowhere; the message says where to put it."""
 
@@ -152,14 +162,20 @@ def find_secret(
     return None
 
 
+def where_to_put(name: str, vault: Path) -> str:
+    """Where secret ``name`` may go: a file, a credential, and the variable where there is one
+    (a fallback's own key name has none: an environment is inherited by forks)."""
+    where = (
+        f"put it in {vault / name} (mode 0600), or load it with systemd LoadCredential={name}:..."
+    )
+    return f"{where}, or set ${SECRET_ENV[name]}" if name in SECRET_ENV else where
+
+
 def read_secret(name: str, vault: Path, environ: MutableMapping[str, str] | None = None) -> str:
     """The value of secret ``name``; raises ``SecretMissingError`` saying where to put it."""
     found = find_secret(name, vault, environ)
     if found is None:
-        raise SecretMissingError(
-            f"secret {name} not found: put it in {vault / name} (mode 0600), "
-            f"or load it with systemd LoadCredential={name}:..., or set ${SECRET_ENV[name]}"
-        )
+        raise SecretMissingError(f"secret {name} not found: {where_to_put(name, vault)}")
     return found[0]
 
 
