@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import structlog
 from thespian.actors import ActorAddress, ActorExitRequest, WatchMessage
@@ -15,6 +15,9 @@ from actors.messages import JobAnswer, Wire
 from actors.wired import WiredActor
 from shelldon.contracts import Job, JobFailed, Usage
 
+if TYPE_CHECKING:
+    from shelldon.broker.fallback import Failover
+
 log = structlog.get_logger(__name__)
 
 
@@ -23,7 +26,7 @@ class BrokerActor(WiredActor):
 
     def __init__(self) -> None:
         super().__init__()
-        self.failover: Any = None  # shelldon.broker.fallback.Failover: the main and fallback
+        self.failover: Failover | None = None  # the main provider and its fallback
         self.bridge: AsyncBridge | None = None
         self.load_kind = "unconfigured"
         self.load_error = ""

@@ -116,6 +116,7 @@ class Failover:
                 "provider.fallback",
                 turn_id=job.turn_id,
                 kind=err.kind,
+                error=err.message,
                 main=self.brain[0],
                 fallback=self.fallback_brain[0],
             )

@@ -112,6 +112,8 @@ def test_no_process_but_the_main_one_holds_a_credential_in_memory(
         assert memory_holds(pid, secrets) == set(), pid
     log_lines = [json.loads(line) for line in (home.parent / "run.log").read_text().splitlines()]
     assert not [line for line in log_lines if line.get("level") == "error"]
+    (ready,) = [line for line in log_lines if line.get("event") == "brain_ready"]
+    assert (ready["provider"], ready["fallback"]) == ("openai", "openai gpt-spare")
 
 
 def test_a_lost_zygote_stops_the_service_for_a_clean_restart(tmp_path: Path) -> None:
