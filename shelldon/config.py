@@ -306,10 +306,13 @@ def _validate(s: Settings) -> None:
         raise ConfigError("limits.bail_margin_s", "must be >= 0 and below limits.turn_timeout_s")
     if lim.kill_grace_s < 0:
         raise ConfigError("limits.kill_grace_s", "must be >= 0")
-    for key in ("price_in_per_mtok", "price_out_per_mtok"):
-        price = getattr(s.brain, key)
-        if not math.isfinite(price) or price < 0:
-            raise ConfigError(f"brain.{key}", f"must be a price >= 0 (0: not known), got {price}")
+    for where, priced in (("brain", s.brain), ("brain.fallback", s.brain.fallback)):
+        for key in ("price_in_per_mtok", "price_out_per_mtok"):
+            price = getattr(priced, key)
+            if not math.isfinite(price) or price < 0:
+                raise ConfigError(
+                    f"{where}.{key}", f"must be a price >= 0 (0: not known), got {price}"
+                )
     _validate_fallback(s.brain)
     if lim.max_repair_rounds < 0:
         raise ConfigError("limits.max_repair_rounds", "must be >= 0 (0: never offer a fix)")
@@ -333,22 +336,11 @@ def _validate_fallback(brain: BrainSettings) -> None:
             "brain.fallback.key",
             f"{fb.key!r} is not a secret's file name (lower-case letters, digits, _ . -)",
         )
-    main_key = f"{brain.provider}_api_key"
-    if (fb.provider, fb.model, fb.base_url, fb.key_name) == (
-        brain.provider,
-        brain.model,
-        brain.base_url,
-        main_key,
-    ):
+    main = (brain.provider, brain.model, brain.base_url, f"{brain.provider}_api_key")
+    if (fb.provider, fb.model, fb.base_url, fb.key_name) == main:
         raise ConfigError(
             "brain.fallback", "is the main provider again: it would fail when the main does"
         )
-    for key in ("price_in_per_mtok", "price_out_per_mtok"):
-        price = getattr(fb, key)
-        if not math.isfinite(price) or price < 0:
-            raise ConfigError(
-                f"brain.fallback.{key}", f"must be a price >= 0 (0: not known), got {price}"
-            )
 
 
 NOT_SETTINGS = frozenset({"SHELLDON_HOME", "SHELLDON_CONFIG", "SHELLDON_LOGGING"})

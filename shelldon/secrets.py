@@ -66,8 +66,7 @@ def fallback_key(brain: BrainSettings) -> tuple[str, bool] | None:
     fb = brain.fallback
     if not fb.provider:
         return None
-    local = fb.provider == "openai" and bool(fb.base_url) and is_local_url(fb.base_url)
-    return fb.key_name, not local
+    return fb.key_name, not (fb.provider == "openai" and is_local_url(fb.base_url))
 
 
 class SecretMissingError(RuntimeError):
@@ -162,20 +161,15 @@ def find_secret(
     return None
 
 
-def where_to_put(name: str, vault: Path) -> str:
-    """Where secret ``name`` may go: a file, a credential, and the variable where there is one
-    (a fallback's own key name has none: an environment is inherited by forks)."""
-    where = (
-        f"put it in {vault / name} (mode 0600), or load it with systemd LoadCredential={name}:..."
-    )
-    return f"{where}, or set ${SECRET_ENV[name]}" if name in SECRET_ENV else where
-
-
 def read_secret(name: str, vault: Path, environ: MutableMapping[str, str] | None = None) -> str:
     """The value of secret ``name``; raises ``SecretMissingError`` saying where to put it."""
     found = find_secret(name, vault, environ)
     if found is None:
-        raise SecretMissingError(f"secret {name} not found: {where_to_put(name, vault)}")
+        where = f"put it in {vault / name} (mode 0600), or load it with systemd "
+        where += f"LoadCredential={name}:..."
+        if name in SECRET_ENV:  # a key name of the owner's own has none: forks inherit variables
+            where += f", or set ${SECRET_ENV[name]}"
+        raise SecretMissingError(f"secret {name} not found: {where}")
     return found[0]
 
 

@@ -96,6 +96,7 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
         ('[brain.fallback]\nprovider = "openai"\nmodel = "m"\nkey = "../x"\n', "fallback.key"),
         ('[brain.fallback]\nprovider = "openai"\nmodel = "m"\nbase_url = "x"\n', "base_url"),
         ("[brain.fallback]\nmodle = 1\n", "brain.fallback.modle"),
+        ("[brain.fallback]\nprice_in_per_mtok = -1\n", "brain.fallback.price_in_per_mtok"),
         (
             '[brain]\nprovider = "openai"\nmodel = "m"\n'
             '[brain.fallback]\nprovider = "openai"\nmodel = "m"\n',
