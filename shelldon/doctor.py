@@ -375,7 +375,8 @@ def _secret_checks(settings: Settings, for_run: bool) -> list[Check]:
                 checks.append(mode_check)
         else:
             if name in needed:
-                user = "provider" if key and key[0] == name else "fallback ([brain.fallback])"
+                main_needs = key == (name, True)
+                user = "provider" if main_needs else "fallback ([brain.fallback])"
                 detail, ok = f"missing (needed by the configured {user})", False
             elif key is not None and key[0] == name:
                 local = settings.brain.base_url
