@@ -15,7 +15,7 @@ from shelldon.broker.anthropic_provider import AnthropicProvider
 from shelldon.broker.fallback import Answered, Failover
 from shelldon.broker.openai_provider import OpenAIProvider
 from shelldon.broker.provider import Provider, ProviderError
-from shelldon.contracts import Job, Message, Role
+from shelldon.contracts import Job, Message, Role, ToolCall, ToolDefinition
 from tests.fakes.canned_server import Canned
 from tests.fakes.fake_anthropic import FakeAnthropic, error_body
 from tests.fakes.fake_openai import FakeOpenAI
@@ -233,3 +233,36 @@ def test_the_fallback_gets_only_what_is_left_of_the_turn(
     assert caught.value.kind == "timeout"
     assert "after the main provider failed" in caught.value.message
     assert len(fake_anthropic.requests) == 1 and len(spare.requests) == 1
+
+
+def test_a_switch_mid_turn_hands_the_fallback_the_mains_tool_calls_in_its_own_format(
+    fake_anthropic: FakeAnthropic, spare: FakeOpenAI
+) -> None:
+    clock = ToolDefinition("get_time", "The time.", {})
+    (call_id,) = fake_anthropic.reply_tool_calls(("get_time", {}))
+    for _ in range(ATTEMPTS):
+        fake_anthropic.reply_error(529, "overloaded_error", "Overloaded")
+    spare.reply_text("It is noon.")
+    deadline = time.monotonic() + 5
+    asked = Job("t1", (Message(Role.USER, "time?"),), (clock,), deadline)
+    brain = failover(anthropic(fake_anthropic), "anthropic", openai(spare))
+
+    async def go() -> list[Answered]:
+        try:
+            first = await brain.answer(asked)
+            calls = first.completion.tool_calls
+            assert calls == (ToolCall(call_id, "get_time", {}),)
+            transcript = (
+                *asked.messages,
+                Message(Role.ASSISTANT, "", calls),
+                Message(Role.TOOL, "12:00", tool_call_id=call_id),
+            )
+            return [first, await brain.answer(Job("t1", transcript, (clock,), deadline))]
+        finally:
+            await brain.aclose()
+
+    first, second = asyncio.run(go())
+    assert (first.provider, second.provider) == ("anthropic", "openai")
+    assert second.completion.text == "It is noon." and spare.rejections == []
+    sent = spare.last_json()["messages"]
+    assert sent[1]["tool_calls"][0]["id"] == call_id and sent[2]["tool_call_id"] == call_id
