@@ -119,7 +119,7 @@ class ArbiterActor(WiredActor):
 
     def receiveMsg_TurnEnded(self, msg: TurnEnded, sender: ActorAddress) -> None:
         if self.arbiter is not None:
-            self._run(self.arbiter.on_turn_ended(msg.chat_id, msg.result))
+            self._run(self.arbiter.on_turn_ended(msg.chat_id, msg.result, msg.note))
 
     def receiveMsg_ParkApproval(self, msg: ParkApproval, sender: ActorAddress) -> None:
         if self.arbiter is not None:

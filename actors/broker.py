@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import structlog
 from thespian.actors import ActorAddress, ActorExitRequest, WatchMessage
@@ -15,6 +15,9 @@ from actors.messages import JobAnswer, Wire
 from actors.wired import WiredActor
 from shelldon.contracts import Job, JobFailed, Usage
 
+if TYPE_CHECKING:
+    from shelldon.broker.fallback import Failover
+
 log = structlog.get_logger(__name__)
 
 
@@ -23,58 +26,74 @@ class BrokerActor(WiredActor):
 
     def __init__(self) -> None:
         super().__init__()
-        self.provider: Any = None
+        self.failover: Failover | None = None  # the main provider and its fallback
         self.bridge: AsyncBridge | None = None
         self.load_kind = "unconfigured"
         self.load_error = ""
-        self.brain: tuple[str, str] = ("", "")  # provider, model: what /usage counts under
 
     def wired(self, msg: Wire, *, first: bool) -> None:
-        from shelldon.broker import load_provider
+        from shelldon.broker import load_fallback, load_provider
+        from shelldon.broker.fallback import Failover
 
         if not first:
             return
-        self.brain = (msg.settings.brain.provider, msg.settings.brain.model)
+        brain = msg.settings.brain
         self.bridge = AsyncBridge("broker")
         self.watch(self.bridge.fileno())
         from shelldon.secrets import SecretMissingError
 
         try:
-            self.provider = load_provider(msg.settings)
+            main = load_provider(msg.settings)
             self.load_error = ""
         except SecretMissingError as exc:
             self.load_kind, self.load_error = "no_key", str(exc)
             log.error("provider_not_loaded", error=self.load_error)
+            return
         except Exception as exc:  # a bad script: report it per Job, don't crash
             self.load_kind, self.load_error = "unconfigured", f"{type(exc).__name__}: {exc}"
             log.error("provider_not_loaded", error=self.load_error)
+            return
+        try:
+            make_fallback = load_fallback(msg.settings)
+        except SecretMissingError as exc:
+            # Start-up refuses this; a key gone since then costs the fallback, not the main.
+            make_fallback = None
+            log.error("fallback_not_loaded", error=str(exc))
+        fallback = (brain.fallback.provider, brain.fallback.model)
+        self.failover = Failover(main, (brain.provider, brain.model), make_fallback, fallback)
+        log.info(
+            "brain_ready",
+            provider=brain.provider,
+            model=brain.model,
+            fallback=" ".join(fallback) if make_fallback else "none",
+        )
 
     def receiveMsg_Job(self, msg: Job, sender: ActorAddress) -> None:
-        if self.provider is None or self.bridge is None:
+        if self.failover is None or self.bridge is None:
             # Never "auth": nothing was refused, nothing was sent.
             failed = JobFailed(msg.turn_id, self.load_kind, self.load_error or "no provider")
             self.send(sender, JobAnswer(msg.turn_id, failed))
             return
-        coro = self.provider.complete_with_tools(msg.messages, msg.tools, deadline=msg.deadline)
-        self.bridge.submit(coro, (sender, msg.turn_id))
+        self.bridge.submit(self.failover.answer(msg), (sender, msg.turn_id))
 
     def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: ActorAddress) -> None:
         if self.bridge is None or self.bridge.fileno() not in msg.ready:
             return
         from shelldon.broker.provider import ProviderError
 
-        for (reply_to, turn_id), completion, error in self.bridge.drain():
+        for (reply_to, turn_id), answered, error in self.bridge.drain():
             if error is None:
-                usage = completion.usage
+                completion, usage = answered.completion, answered.completion.usage
                 log.info(
                     "model_call",
                     turn_id=turn_id,
+                    provider=answered.provider,
                     input_tokens=usage.input_tokens,
                     output_tokens=usage.output_tokens,
                     tool_calls=len(completion.tool_calls),
                 )
-                self.send(reply_to, JobAnswer(turn_id, completion))
-                self._count(turn_id, usage)
+                self.send(reply_to, JobAnswer(turn_id, completion, answered.note))
+                self._count(turn_id, answered.provider, answered.model, usage)
             elif isinstance(error, ProviderError):
                 log.warning(
                     "model_call_failed", turn_id=turn_id, kind=error.kind, error=error.message
@@ -88,12 +107,12 @@ class BrokerActor(WiredActor):
                 answer = JobFailed(turn_id, "server", f"internal error: {type(error).__name__}")
                 self.send(reply_to, JobAnswer(turn_id, answer))
 
-    def _count(self, turn_id: str, usage: Usage) -> None:
-        """Persist one completed call for /usage; the answer has gone out already, and a
-        store that cannot take the row costs a line in the log, never the turn."""
+    def _count(self, turn_id: str, provider: str, model: str, usage: Usage) -> None:
+        """Persist one completed call for /usage, under the provider that answered it; the
+        answer has gone out already, and a store that cannot take the row costs a line in the
+        log, never the turn."""
         if self.store is None:
             return
-        provider, model = self.brain
         try:
             self.store.usage.record(
                 provider, model, usage.input_tokens, usage.output_tokens, time.time(), turn_id
@@ -103,9 +122,9 @@ class BrokerActor(WiredActor):
 
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: ActorAddress) -> None:
         if self.bridge is not None:
-            if self.provider is not None:
+            if self.failover is not None:
                 try:
-                    self.bridge.submit(self.provider.aclose(), None).result(2)
+                    self.bridge.submit(self.failover.aclose(), None).result(2)
                 except Exception:
                     log.exception("provider_close_failed")
             self.bridge.close()

@@ -80,6 +80,8 @@ class TurnEnded:
     chat_id: int
     result: Result
     source: str = "owner"
+    # The fallback provider answered some of it: the owner reads this line once, under it.
+    note: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +125,7 @@ class JobAnswer:
 
     turn_id: str
     answer: Completion | JobFailed
+    note: str = ""  # set when the fallback provider answered (``shelldon.broker.fallback``)
 
 
 @dataclass(frozen=True, slots=True)

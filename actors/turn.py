@@ -72,6 +72,7 @@ class TurnActor(WiredActor):
         self.chat_id = 0
         self.source = "owner"
         self.started = 0.0
+        self.note = ""  # the fallback's note for this run's reply, told once
 
     def wired(self, msg: Wire, *, first: bool) -> None:
         self.zygote = msg.zygote
@@ -95,6 +96,7 @@ class TurnActor(WiredActor):
             self._report(chat_id, source, apology(turn_id, "crash"))
             return
         self.chat_id, self.source, self.started = chat_id, source, time.monotonic()
+        self.note = ""
         try:
             if self.zygote is None:
                 raise SpawnError("no zygote to fork the worker: this process never forks")
@@ -203,6 +205,7 @@ class TurnActor(WiredActor):
             return
         if self.turnwatch is not None:
             self.turnwatch.on_answer(msg.answer)
+        self.note = self.note or msg.note
         try:
             handle.send(msg.answer)
         except FrameError as exc:
@@ -327,7 +330,7 @@ class TurnActor(WiredActor):
             tool_executions=result.tool_executions,
             ms=round((time.monotonic() - self.started) * 1000, 1),
         )
-        self._report(self.chat_id, self.source, result)
+        self._report(self.chat_id, self.source, result, self.note)
 
-    def _report(self, chat_id: int, source: str, result: Result) -> None:
-        self.send(self.peers["arbiter"], TurnEnded(chat_id, result, source))
+    def _report(self, chat_id: int, source: str, result: Result, note: str = "") -> None:
+        self.send(self.peers["arbiter"], TurnEnded(chat_id, result, source, note))

@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import math
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 PROVIDERS = ("anthropic", "openai", "scripted")
+FALLBACK_PROVIDERS = ("", "anthropic", "openai")
+KEY_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+"""A secret's file name: one path component, never ``..`` or a hidden file."""
 SANDBOX_MODES = ("required", "best-effort", "off")
 SANDBOX_FS_LAYERS = ("auto", "landlock", "userns", "none")
 SANDBOX_PIDNS = ("auto", "off")
@@ -50,6 +54,25 @@ class TelegramSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class FallbackSettings:
+    """``[brain.fallback]``: the provider a turn's remaining calls go to once the main one is
+    unreachable, overloaded, out of quota or refusing its key (``provider = ""``: none)."""
+
+    provider: str = ""
+    model: str = ""
+    base_url: str = ""
+    # The secret's file name (vault or LoadCredential); "" = the provider's usual one.
+    key: str = ""
+    price_in_per_mtok: float = 0.0
+    price_out_per_mtok: float = 0.0
+
+    @property
+    def key_name(self) -> str:
+        """The secret the fallback's key is read from."""
+        return self.key or f"{self.provider}_api_key"
+
+
+@dataclass(frozen=True, slots=True)
 class BrainSettings:
     """Which model provider to use and how."""
 
@@ -63,6 +86,7 @@ class BrainSettings:
     # /usage shows the cost of the calls they made.
     price_in_per_mtok: float = 0.0
     price_out_per_mtok: float = 0.0
+    fallback: FallbackSettings = field(default_factory=FallbackSettings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +180,10 @@ _SECTIONS: dict[str, type[Any]] = {
     "sandbox": SandboxSettings,
 }
 
+_SUBSECTIONS: dict[str, type[Any]] = {"brain.fallback": FallbackSettings}
+"""Tables inside a section (``[brain.fallback]``); their overrides are
+``SHELLDON_BRAIN_FALLBACK_<KEY>``."""
+
 
 def default_home(environ: Mapping[str, str]) -> Path:
     """``$SHELLDON_HOME`` or ``~/.shelldon``."""
@@ -206,15 +234,22 @@ def _coerce(key: str, kind: str, value: Any, *, from_env: bool) -> Any:
 
 
 def _build_section(name: str, table: Mapping[str, Any], environ: Mapping[str, str]) -> Any:
-    cls = _SECTIONS[name]
+    cls = _SECTIONS.get(name) or _SUBSECTIONS[name]
     known = {f.name: f for f in dataclasses.fields(cls)}
     values: dict[str, Any] = {}
     for key, value in table.items():
         if key not in known:
             raise ConfigError(f"{name}.{key}", f"unknown key (known: {', '.join(known)})")
+        if f"{name}.{key}" in _SUBSECTIONS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{name}.{key}", f"must be a table ([{name}.{key}])")
+            continue
         values[key] = _coerce(f"{name}.{key}", str(known[key].type), value, from_env=False)
     for key, f in known.items():
-        env_name = f"SHELLDON_{name.upper()}_{key.upper()}"
+        if f"{name}.{key}" in _SUBSECTIONS:
+            values[key] = _build_section(f"{name}.{key}", table.get(key, {}), environ)
+            continue
+        env_name = f"SHELLDON_{name.replace('.', '_').upper()}_{key.upper()}"
         if env_name in environ:
             values[key] = _coerce(env_name, str(f.type), environ[env_name], from_env=True)
     return cls(**values)
@@ -271,16 +306,58 @@ def _validate(s: Settings) -> None:
         raise ConfigError("limits.bail_margin_s", "must be >= 0 and below limits.turn_timeout_s")
     if lim.kill_grace_s < 0:
         raise ConfigError("limits.kill_grace_s", "must be >= 0")
-    for key in ("price_in_per_mtok", "price_out_per_mtok"):
-        price = getattr(s.brain, key)
-        if not math.isfinite(price) or price < 0:
-            raise ConfigError(f"brain.{key}", f"must be a price >= 0 (0: not known), got {price}")
+    for where, priced in (("brain", s.brain), ("brain.fallback", s.brain.fallback)):
+        for key in ("price_in_per_mtok", "price_out_per_mtok"):
+            price = getattr(priced, key)
+            if not math.isfinite(price) or price < 0:
+                raise ConfigError(
+                    f"{where}.{key}", f"must be a price >= 0 (0: not known), got {price}"
+                )
+    _validate_fallback(s.brain)
     if lim.max_repair_rounds < 0:
         raise ConfigError("limits.max_repair_rounds", "must be >= 0 (0: never offer a fix)")
 
 
+def _validate_fallback(brain: BrainSettings) -> None:
+    fb = brain.fallback
+    if fb.provider not in FALLBACK_PROVIDERS:
+        raise ConfigError(
+            "brain.fallback.provider",
+            f'{fb.provider!r} is not one of anthropic, openai (or "" for no fallback)',
+        )
+    if not fb.provider:
+        return
+    if not fb.model:
+        raise ConfigError("brain.fallback.model", "a fallback provider needs its model")
+    if fb.base_url and not fb.base_url.startswith(("http://", "https://")):
+        raise ConfigError("brain.fallback.base_url", "must start with http:// or https://")
+    if not KEY_NAME.match(fb.key_name) or fb.key_name == "telegram_token":
+        raise ConfigError(
+            "brain.fallback.key",
+            f"{fb.key!r} is not a secret's file name (lower-case letters, digits, _ . -)",
+        )
+    main = (brain.provider, brain.model, brain.base_url, f"{brain.provider}_api_key")
+    if (fb.provider, fb.model, fb.base_url, fb.key_name) == main:
+        raise ConfigError(
+            "brain.fallback", "is the main provider again: it would fail when the main does"
+        )
+
+
 NOT_SETTINGS = frozenset({"SHELLDON_HOME", "SHELLDON_CONFIG", "SHELLDON_LOGGING"})
 """``SHELLDON_`` variables that are read but are not ``SHELLDON_<SECTION>_<KEY>`` overrides."""
+
+
+def _override_keys(section: str) -> list[str]:
+    """The ``<KEY>`` parts (lower case) of section's overrides, a subsection's keys included
+    (``fallback_provider``)."""
+    keys = []
+    for f in dataclasses.fields(_SECTIONS[section]):
+        sub = _SUBSECTIONS.get(f"{section}.{f.name}")
+        if sub is None:
+            keys.append(f.name)
+        else:
+            keys += [f"{f.name}_{g.name}" for g in dataclasses.fields(sub)]
+    return keys
 
 
 def _check_override_names(environ: Mapping[str, str]) -> None:
@@ -294,7 +371,7 @@ def _check_override_names(environ: Mapping[str, str]) -> None:
         if section in RETIRED_SECTIONS:
             raise ConfigError(var, RETIRED_SECTIONS[section])
         if section in _SECTIONS:
-            keys = [f.name for f in dataclasses.fields(_SECTIONS[section])]
+            keys = _override_keys(section)
             if key not in keys:
                 near = difflib.get_close_matches(key, keys, n=1)
                 hint = (

@@ -26,7 +26,7 @@ from shelldon import __version__
 from shelldon.config import Settings
 from shelldon.preflight import token_problem
 from shelldon.proc import sandbox
-from shelldon.secrets import SecretMissingError, find_secret, provider_key
+from shelldon.secrets import SecretMissingError, fallback_key, find_secret, provider_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,6 +343,56 @@ def toolbox_check(settings: Settings) -> Check | None:
     return Check("toolbox", True, str(settings.toolbox), required=False)
 
 
+def _fallback_check(settings: Settings) -> Check:
+    """Which provider answers when the main one cannot (its key is a secret check below)."""
+    fb = settings.brain.fallback
+    if not fb.provider:
+        return Check("fallback", True, "none ([brain.fallback] not set)", required=False)
+    where = f", {fb.base_url}" if fb.base_url else ""
+    return Check("fallback", True, f"{fb.provider} (model {fb.model}{where}, key {fb.key_name})")
+
+
+def _secret_checks(settings: Settings, for_run: bool) -> list[Check]:
+    """Each secret found (never its value) or missing, required when the configured provider,
+    its fallback or ``run`` needs it."""
+    checks: list[Check] = []
+    key = provider_key(settings.brain)
+    fb_key = fallback_key(settings.brain)
+    needed = {k[0] for k in (key, fb_key) if k and k[1]}
+    names = ["telegram_token", "anthropic_api_key", "openai_api_key"]
+    if fb_key is not None and fb_key[0] not in names:
+        names.append(fb_key[0])
+    for name in names:
+        try:
+            found = find_secret(name, settings.vault)
+        except SecretMissingError as exc:
+            checks.append(Check(f"secret {name}", False, str(exc)))
+            continue
+        if found is not None:
+            checks.append(Check(f"secret {name}", True, f"found in {found[1]}"))
+            mode_check = _secret_file_mode_check(name, found[1])
+            if mode_check is not None:
+                checks.append(mode_check)
+        else:
+            if name in needed:
+                main_needs = key == (name, True)
+                user = "provider" if main_needs else "fallback ([brain.fallback])"
+                detail, ok = f"missing (needed by the configured {user})", False
+            elif key is not None and key[0] == name:
+                local = settings.brain.base_url
+                detail, ok = f"not needed: {local} is on this machine or the LAN", True
+            elif fb_key is not None and fb_key[0] == name:
+                local = settings.brain.fallback.base_url
+                detail, ok = f"not needed: {local} is on this machine or the LAN", True
+            elif name == "telegram_token":
+                detail, ok = "missing (needed by `shelldon run`)", False
+            else:
+                detail, ok = "not needed by the configured provider", True
+            required = name in needed or (for_run and name == "telegram_token")
+            checks.append(Check(f"secret {name}", ok, detail, required=required))
+    return checks
+
+
 def gather_checks(
     settings: Settings, *, for_run: bool = False, unit: Path = UNIT_PATH, gate: bool = True
 ) -> list[Check]:
@@ -362,6 +412,7 @@ def gather_checks(
         ),
         Check("home", True, str(settings.home), required=False),
         Check("provider", True, f"{settings.brain.provider} (model {settings.brain.model})"),
+        _fallback_check(settings),
     ]
     home_ok = settings.home.exists() and os.access(settings.home, os.W_OK)
     checks.append(
@@ -371,31 +422,7 @@ def gather_checks(
             "yes" if home_ok else ("will be created" if not settings.home.exists() else "no"),
         )
     )
-    key = provider_key(settings.brain)
-    needed = {key[0]} if key and key[1] else set()
-    for name in ("telegram_token", "anthropic_api_key", "openai_api_key"):
-        try:
-            found = find_secret(name, settings.vault)
-        except SecretMissingError as exc:
-            checks.append(Check(f"secret {name}", False, str(exc)))
-            continue
-        if found is not None:
-            checks.append(Check(f"secret {name}", True, f"found in {found[1]}"))
-            mode_check = _secret_file_mode_check(name, found[1])
-            if mode_check is not None:
-                checks.append(mode_check)
-        else:
-            if name in needed:
-                detail, ok = "missing (needed by the configured provider)", False
-            elif key is not None and key[0] == name:
-                local = settings.brain.base_url
-                detail, ok = f"not needed: {local} is on this machine or the LAN", True
-            elif name == "telegram_token":
-                detail, ok = "missing (needed by `shelldon run`)", False
-            else:
-                detail, ok = "not needed by the configured provider", True
-            required = name in needed or (for_run and name == "telegram_token")
-            checks.append(Check(f"secret {name}", ok, detail, required=required))
+    checks += _secret_checks(settings, for_run)
     shape = _token_shape_check(settings, for_run)
     if shape is not None:
         checks.append(shape)

@@ -193,13 +193,15 @@ def cancel_scheduled(store: Store, arg: str, now: float) -> str:
 
 def usage_cost(row: UsageRow, brain: BrainSettings) -> float | None:
     """What ``row``'s calls cost at the configured prices, or None when no price is known for
-    its provider and model (prices are set for the configured ``[brain]`` only)."""
-    priced = brain.price_in_per_mtok > 0 or brain.price_out_per_mtok > 0
-    if not priced or (row.provider, row.model) != (brain.provider, brain.model):
-        return None
-    return (
-        row.input_tokens * brain.price_in_per_mtok + row.output_tokens * brain.price_out_per_mtok
-    ) / 1_000_000
+    its provider and model (prices are set for ``[brain]`` and ``[brain.fallback]`` only)."""
+    fb = brain.fallback
+    for priced in (brain, fb):
+        if (row.provider, row.model) != (priced.provider, priced.model):
+            continue
+        if priced.price_in_per_mtok > 0 or priced.price_out_per_mtok > 0:
+            cost = row.input_tokens * priced.price_in_per_mtok
+            return (cost + row.output_tokens * priced.price_out_per_mtok) / 1_000_000
+    return None
 
 
 def _calls(n: int) -> str:

@@ -15,7 +15,13 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass
 
 from shelldon.config import Settings
-from shelldon.secrets import SecretMissingError, find_secret, provider_key
+from shelldon.secrets import (
+    SECRET_ENV,
+    SecretMissingError,
+    fallback_key,
+    find_secret,
+    provider_key,
+)
 
 EXIT_CONFIG = 78
 """Exit status of a configuration that cannot work (sysexits' EX_CONFIG)."""
@@ -57,9 +63,13 @@ def token_problem(settings: Settings, environ: MutableMapping[str, str] | None =
     return ""
 
 
-def key_problem(settings: Settings, environ: MutableMapping[str, str] | None = None) -> str:
-    """Why the configured brain has no usable API key ("" when it has one or needs none)."""
-    needed = provider_key(settings.brain)
+def key_problem(
+    settings: Settings, environ: MutableMapping[str, str] | None = None, *, fallback: bool = False
+) -> str:
+    """Why the configured brain (or, with ``fallback``, ``[brain.fallback]``) has no usable API
+    key ("" when it has one or needs none)."""
+    brain = settings.brain
+    needed = fallback_key(brain) if fallback else provider_key(brain)
     if needed is None:
         return ""
     name, required = needed
@@ -69,11 +79,12 @@ def key_problem(settings: Settings, environ: MutableMapping[str, str] | None = N
         return str(exc)
     if found is not None or not required:
         return ""
-    return (
-        f"no API key configured: provider {settings.brain.provider!r} needs {name}; put it in "
-        f"{settings.vault / name} (mode 0600), or as installed: "
-        f"sudo /opt/shelldon/src/deploy/install.sh --credential {name}"
-    )
+    who = f"fallback {brain.fallback.provider!r}" if fallback else repr(brain.provider)
+    where = f"no API key configured: provider {who} needs {name}; put it in "
+    where += f"{settings.vault / name} (mode 0600)"
+    if name not in SECRET_ENV:  # a key name of the owner's own: install.sh knows it not
+        return where
+    return f"{where}, or as installed: sudo /opt/shelldon/src/deploy/install.sh --credential {name}"
 
 
 def preflight(
@@ -90,7 +101,8 @@ def preflight(
                 "telegram.allowed_users is empty: nobody can talk to the pet; set your numeric "
                 "Telegram user id (ask @userinfobot) in the config"
             )
-    problem = key_problem(settings, environ)
-    if problem:
-        refusals.append(problem)
+    for fallback in (False, True):
+        problem = key_problem(settings, environ, fallback=fallback)
+        if problem:
+            refusals.append(problem)
     return Preflight(tuple(refusals), tuple(warnings))

@@ -60,6 +60,15 @@ def provider_key(brain: BrainSettings) -> tuple[str, bool] | None:
     return None
 
 
+def fallback_key(brain: BrainSettings) -> tuple[str, bool] | None:
+    """The secret ``[brain.fallback]`` uses and whether it is required, or None (no fallback);
+    a keyless local server is allowed as for the main provider."""
+    fb = brain.fallback
+    if not fb.provider:
+        return None
+    return fb.key_name, not (fb.provider == "openai" and is_local_url(fb.base_url))
+
+
 class SecretMissingError(RuntimeError):
     """A secret the configuration needs was found nowhere; the message says where to put it."""
 
@@ -156,10 +165,11 @@ def read_secret(name: str, vault: Path, environ: MutableMapping[str, str] | None
     """The value of secret ``name``; raises ``SecretMissingError`` saying where to put it."""
     found = find_secret(name, vault, environ)
     if found is None:
-        raise SecretMissingError(
-            f"secret {name} not found: put it in {vault / name} (mode 0600), "
-            f"or load it with systemd LoadCredential={name}:..., or set ${SECRET_ENV[name]}"
-        )
+        where = f"put it in {vault / name} (mode 0600), or load it with systemd "
+        where += f"LoadCredential={name}:..."
+        if name in SECRET_ENV:  # a key name of the owner's own has none: forks inherit variables
+            where += f", or set ${SECRET_ENV[name]}"
+        raise SecretMissingError(f"secret {name} not found: {where}")
     return found[0]
 
 

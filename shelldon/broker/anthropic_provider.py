@@ -121,9 +121,16 @@ def error_kind(exc: BaseException) -> str:
     return "server"
 
 
+OUT_OF_CREDIT = "credit balance is too low"
+"""What the API says, in a 400 invalid_request_error, when the account cannot pay: a quota, not
+a fault of the request (so the fallback may answer, and the owner is told to check billing)."""
+
+
 def translate_error(exc: anthropic.AnthropicError, *, secret: str | None = None) -> ProviderError:
     """The ``ProviderError`` for an SDK exception: kind, an actionable message, retry-after."""
     kind = error_kind(exc)
+    if isinstance(exc, anthropic.BadRequestError) and OUT_OF_CREDIT in (exc.message or "").lower():
+        kind = "quota"
     retry_after = None
     if isinstance(exc, anthropic.APIStatusError):
         retry_after = parse_retry_after(dict(exc.response.headers))

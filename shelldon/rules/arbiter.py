@@ -264,8 +264,9 @@ class Arbiter:
                 effects.append(fx.Say(due.chat_id, texts.BUDGET_SPENT))
         return effects
 
-    def on_turn_ended(self, chat_id: int, result: Result) -> list[fx.Effect]:
-        """A turn is over: its reply, its ops and its strikes go out, and the slot is free."""
+    def on_turn_ended(self, chat_id: int, result: Result, note: str = "") -> list[fx.Effect]:
+        """A turn is over: its reply (with ``note``, the fallback's line, if it answered), its
+        ops and its strikes go out, and the slot is free."""
         if result.turn_id != self.busy:
             log.warning("stray_turn_ended", turn_id=result.turn_id, busy=self.busy)
             return []
@@ -284,7 +285,7 @@ class Arbiter:
             ops.append(op)
         # The owner reads a parked call's question once, on its card; the conversation keeps it
         # in the parent's own words, so the model knows next turn what it asked.
-        said = turn_reply(result.reply, ops, result.tool_failures)
+        said = turn_reply(result.reply, ops, result.tool_failures, note)
         if said.text:
             effects.append(fx.Say(chat_id, said.text, said.markdown_chars))
         recorded = "\n\n".join(filter(None, [result.reply, *asked]))

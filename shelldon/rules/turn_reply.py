@@ -50,11 +50,13 @@ def memory_notes(failures: Iterable[ToolFailure]) -> list[str]:
     return [MEMORY_NOTE.format(name=name) for name in names]
 
 
-def turn_reply(reply: str, ops: Iterable[Op], failures: Iterable[ToolFailure] = ()) -> TurnReply:
+def turn_reply(
+    reply: str, ops: Iterable[Op], failures: Iterable[ToolFailure] = (), fallback: str = ""
+) -> TurnReply:
     """The owner's reply for a turn that said ``reply``, ends with ``ops`` (those that will be
-    applied) and had ``failures`` (those charged). A parked call's question, when the reply
-    ends with it, is kept literal: it is built from the call itself, and Markdown must not
-    restyle a command line."""
+    applied) and had ``failures`` (those charged); ``fallback`` is the line saying the fallback
+    provider answered. A parked call's question, when the reply ends with it, is kept literal:
+    it is built from the call itself, and Markdown must not restyle a command line."""
     ops = tuple(ops)
     lead, question = reply, ""
     for op in ops:
@@ -63,7 +65,7 @@ def turn_reply(reply: str, ops: Iterable[Op], failures: Iterable[ToolFailure] = 
             if reply.endswith(asked):
                 lead, question = reply[: -len(asked)].rstrip(), asked
             break
-    notes = [*memory_notes(failures), *remember_notes(ops)]
+    notes = [*memory_notes(failures), *remember_notes(ops), *([fallback] if fallback else [])]
     literal = "\n\n".join([*notes, *([question] if question else [])])
     if not literal:
         return TurnReply(lead, len(lead))

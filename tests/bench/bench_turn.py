@@ -1,6 +1,7 @@
 """Turn overhead, memory and cold start of the whole service (the design's budgets).
 
     .venv/bin/python tests/bench/bench_turn.py [--provider scripted|openai|anthropic] [--turns N]
+        [--fallback openai|anthropic [--main-down]]
 
 Runs the real service (`shelldon run`: every actor in one process, the zygote and its forked
 workers, sqlite) with the Telegram transport against the fake Bot API, and a zero-latency
@@ -10,7 +11,9 @@ Prints, for update in → reply out: p50/p95 latency (timed turns, nothing else 
 service); PSS of every process of the service idle, and at its peak during further turns
 sampled every 5 ms (summed from /proc/PID/smaps_rollup: reading smaps of every process 200
 times a second slows the service, so those turns are not timed); and cold start of
-`shelldon run` to polling.
+`shelldon run` to polling. ``--fallback`` configures a ``[brain.fallback]`` on a second fake
+(idle: never asked); ``--main-down`` makes the main answer every turn's first call with a 529,
+so the fallback answers every turn.
 """
 
 from __future__ import annotations
@@ -41,6 +44,47 @@ REPLY = "Two clocks checked."
 PEAK_TURNS = 10
 
 
+def fake_of(provider: str) -> Any:
+    """A started fake LLM speaking ``provider``'s wire format."""
+    if provider == "openai":
+        from tests.fakes.fake_openai import FakeOpenAI
+
+        return FakeOpenAI().start()
+    from tests.fakes.fake_anthropic import FakeAnthropic
+
+    return FakeAnthropic().start()
+
+
+def queue_turns(fake: Any, turns: int) -> None:
+    for _ in range(turns):
+        fake.reply_tool_calls(("get_time", {}))
+        fake.reply_tool_calls(("get_time", {}))
+        fake.reply_text(REPLY)
+
+
+def with_fallback(
+    provider: str, main: Any, turns: int, main_down: bool, vault: Path
+) -> tuple[dict[str, str], Any]:
+    """A second fake as ``[brain.fallback]`` (its key under a name of its own), and env; with
+    ``main_down`` the main's queue is replaced by one 529 per turn and the fallback answers."""
+    from tests.fakes.canned_server import Canned
+
+    spare = fake_of(provider)
+    (vault / "spare_api_key").write_text(spare.api_key)
+    if main_down:
+        main._queue.clear()
+        for _ in range(turns):
+            main.push(Canned(529, {"error": "overloaded"}, headers={"retry-after": "120"}))
+        queue_turns(spare, turns)
+    env = {
+        "SHELLDON_BRAIN_FALLBACK_PROVIDER": provider,
+        "SHELLDON_BRAIN_FALLBACK_MODEL": "spare-model",
+        "SHELLDON_BRAIN_FALLBACK_BASE_URL": spare.base_url,
+        "SHELLDON_BRAIN_FALLBACK_KEY": "spare_api_key",
+    }
+    return env, spare
+
+
 def brain(provider: str, turns: int) -> tuple[list[dict[str, Any]], dict[str, str], Any]:
     """The script (scripted) or a started fake LLM with every answer queued, and env."""
     if provider == "scripted":
@@ -50,18 +94,8 @@ def brain(provider: str, turns: int) -> tuple[list[dict[str, Any]], dict[str, st
             {"text": REPLY},
         ]
         return step * turns, {}, None
-    if provider == "openai":
-        from tests.fakes.fake_openai import FakeOpenAI
-
-        fake: Any = FakeOpenAI().start()
-    else:
-        from tests.fakes.fake_anthropic import FakeAnthropic
-
-        fake = FakeAnthropic().start()
-    for _ in range(turns):
-        fake.reply_tool_calls(("get_time", {}))
-        fake.reply_tool_calls(("get_time", {}))
-        fake.reply_text(REPLY)
+    fake = fake_of(provider)
+    queue_turns(fake, turns)
     env = {"SHELLDON_BRAIN_PROVIDER": provider, "SHELLDON_BRAIN_BASE_URL": fake.base_url}
     return [], env, fake
 
@@ -95,15 +129,27 @@ class RunningService:
         self.proc.wait(10)
 
 
-def bench(provider: str, turns: int, warmup: int, gap_s: float) -> None:
+def bench(
+    provider: str,
+    turns: int,
+    warmup: int,
+    gap_s: float,
+    fallback: str = "",
+    main_down: bool = False,
+) -> None:
     script, env, fake = brain(provider, turns + warmup + PEAK_TURNS)
     tg = ThreadedFakeTelegram()
+    spare = None
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         (home / "vault").mkdir(parents=True)
         (home / "vault" / "telegram_token").write_text(tg.fake.token)
         if fake is not None:
             (home / "vault" / f"{provider}_api_key").write_text(fake.api_key)
+            if fallback:
+                total = turns + warmup + PEAK_TURNS
+                extra, spare = with_fallback(fallback, fake, total, main_down, home / "vault")
+                env = {**env, **extra}
         else:
             (home / "script.json").write_text(json.dumps(script))
             env = {"SHELLDON_BRAIN_SCRIPT": "script.json"}
@@ -118,7 +164,7 @@ def bench(provider: str, turns: int, warmup: int, gap_s: float) -> None:
                 started = time.perf_counter()
                 tg.do(tg.fake.queue_message, OWNER, f"what time is it? ({i})")
                 deadline = time.monotonic() + 30
-                while not any(m.visible == REPLY for m in tg.fake.sent[before:]):
+                while not any(m.visible.startswith(REPLY) for m in tg.fake.sent[before:]):
                     if time.monotonic() > deadline:
                         raise SystemExit(f"turn {i} got no reply: {tg.fake.sent[before:]}")
                     time.sleep(0.0002)
@@ -145,7 +191,11 @@ def bench(provider: str, turns: int, warmup: int, gap_s: float) -> None:
             sampling.set()
             sampler.join()
             q = statistics.quantiles(times, n=20)
-            print(f"provider={provider} turns={turns} processes idle={processes}")
+            down = " (main down: the fallback answers)" if main_down else ""
+            print(
+                f"provider={provider} fallback={fallback or 'none'}{down} turns={turns} "
+                f"processes idle={processes}"
+            )
             print(
                 f"  update in -> reply out: p50 {statistics.median(times):.1f} ms, "
                 f"p95 {q[18]:.1f} ms, max {max(times):.1f} ms"
@@ -154,8 +204,9 @@ def bench(provider: str, turns: int, warmup: int, gap_s: float) -> None:
         finally:
             svc.stop()
             tg.close()
-            if fake is not None:
-                fake.stop()
+            for server in (fake, spare):
+                if server is not None:
+                    server.stop()
 
 
 def cold_start(runs: int) -> None:
@@ -203,10 +254,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--cold-starts", type=int, default=5)
     parser.add_argument("--gap", type=float, default=0.6, help="seconds between turns")
+    parser.add_argument("--fallback", choices=["openai", "anthropic"], default="")
+    parser.add_argument("--main-down", action="store_true")
     args = parser.parse_args()
     providers = ["scripted", "openai", "anthropic"] if args.provider == "all" else [args.provider]
     for provider in providers:
-        bench(provider, args.turns, args.warmup, args.gap)
+        bench(provider, args.turns, args.warmup, args.gap, args.fallback, args.main_down)
     if args.cold_starts:
         cold_start(args.cold_starts)
 

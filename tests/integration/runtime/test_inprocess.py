@@ -26,6 +26,7 @@ from .harness import ThreadedFakeTelegram, chat_service, parent_of, service_proc
 pytestmark = pytest.mark.slow
 
 OWNER = 1001
+SPARE_KEY = "sk-spare-fallback-5c1f0e9d7a"
 _REGION = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) (r)")
 
 
@@ -58,6 +59,7 @@ def service(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], FakeOpenA
     (home / "vault").mkdir(parents=True)
     (home / "vault" / "telegram_token").write_text(TEST_TOKEN + "\n")
     (home / "vault" / "openai_api_key").write_text(fake.api_key + "\n")
+    (home / "vault" / "spare_api_key").write_text(SPARE_KEY + "\n")
     env = {
         **os.environ,
         "SHELLDON_HOME": str(home),
@@ -65,6 +67,10 @@ def service(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], FakeOpenA
         "SHELLDON_TELEGRAM_ALLOWED_USERS": str(OWNER),
         "SHELLDON_BRAIN_PROVIDER": "openai",
         "SHELLDON_BRAIN_BASE_URL": fake.base_url,
+        # A fallback's key follows the main key's path: the broker's memory and nowhere else.
+        "SHELLDON_BRAIN_FALLBACK_PROVIDER": "openai",
+        "SHELLDON_BRAIN_FALLBACK_MODEL": "gpt-spare",
+        "SHELLDON_BRAIN_FALLBACK_KEY": "spare_api_key",
     }
     log = (tmp_path / "run.log").open("wb")
     proc = subprocess.Popen(
@@ -99,13 +105,15 @@ def test_no_process_but_the_main_one_holds_a_credential_in_memory(
     service: tuple[subprocess.Popen[bytes], FakeOpenAI, Path],
 ) -> None:
     proc, fake, home = service
-    secrets = (TEST_TOKEN.encode(), fake.api_key.encode())
+    secrets = (TEST_TOKEN.encode(), fake.api_key.encode(), SPARE_KEY.encode())
     tree = service_processes(proc.pid)
     assert memory_holds(proc.pid, secrets) == set(secrets)  # the transport and the broker
     for pid in tree - {proc.pid}:
         assert memory_holds(pid, secrets) == set(), pid
     log_lines = [json.loads(line) for line in (home.parent / "run.log").read_text().splitlines()]
     assert not [line for line in log_lines if line.get("level") == "error"]
+    (ready,) = [line for line in log_lines if line.get("event") == "brain_ready"]
+    assert (ready["provider"], ready["fallback"]) == ("openai", "openai gpt-spare")
 
 
 def test_a_lost_zygote_stops_the_service_for_a_clean_restart(tmp_path: Path) -> None:

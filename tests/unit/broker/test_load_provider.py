@@ -122,3 +122,45 @@ def test_the_anthropic_sdk_is_imported_only_for_anthropic(provider: str, home: P
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_an_anthropic_fallback_imports_the_sdk_only_when_a_turn_needs_it(home: Path) -> None:
+    (home / "vault" / "anthropic_api_key").write_text("sk-ant-spare\n")
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from shelldon.config import load_settings
+        from shelldon.broker import load_fallback, load_provider
+        s = load_settings(environ={{"SHELLDON_HOME": {str(home)!r},
+                                    "SHELLDON_BRAIN_PROVIDER": "openai",
+                                    "SHELLDON_BRAIN_BASE_URL": "http://127.0.0.1:1/v1",
+                                    "SHELLDON_BRAIN_FALLBACK_PROVIDER": "anthropic",
+                                    "SHELLDON_BRAIN_FALLBACK_MODEL": "claude-haiku-4-5"}})
+        load_provider(s)
+        make = load_fallback(s)
+        print("anthropic" in sys.modules)
+        print(type(make()).__name__, "anthropic" in sys.modules)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.split("\n")[:2] == ["False", "AnthropicProvider True"]
+
+
+def test_a_fallback_reads_its_own_key_name_and_none_is_none(settings: Settings) -> None:
+    from shelldon.broker import load_fallback
+    from shelldon.config import FallbackSettings
+
+    assert load_fallback(settings) is None
+    spare = FallbackSettings("openai", "gpt-4o-mini", "https://openrouter.ai/api/v1", "or_key")
+    s = with_brain(settings, provider="anthropic", fallback=spare)
+    with pytest.raises(SecretMissingError, match="or_key"):
+        load_fallback(s)
+    (settings.vault / "or_key").write_text("sk-or-spare\n")
+    make = load_fallback(s)
+    assert make is not None
+    provider = make()
+    assert isinstance(provider, OpenAIProvider) and provider._api_key == "sk-or-spare"
+    assert provider.base_url == "https://openrouter.ai/api/v1"

@@ -70,6 +70,25 @@ def test_a_missing_token_fails_for_run(settings: Settings) -> None:
     assert not check.ok and check.required
 
 
+def test_the_fallback_and_its_key_are_checked(home: Path) -> None:
+    settings = load_settings(
+        environ={
+            "SHELLDON_HOME": str(home),
+            "SHELLDON_BRAIN_PROVIDER": "openai",
+            "SHELLDON_BRAIN_FALLBACK_PROVIDER": "anthropic",
+            "SHELLDON_BRAIN_FALLBACK_MODEL": "claude-haiku-4-5",
+            "SHELLDON_BRAIN_FALLBACK_KEY": "spare_key",
+        }
+    )
+    fallback = by_name(gather_checks(settings, gate=False), "fallback")
+    assert fallback.ok and fallback.detail == "anthropic (model claude-haiku-4-5, key spare_key)"
+    key = by_name(gather_checks(settings, gate=False), "secret spare_key")
+    assert not key.ok and key.required and "fallback" in key.detail
+    (home / "vault" / "spare_key").write_text("sk-ant-spare\n")
+    key = by_name(gather_checks(settings, gate=False), "secret spare_key")
+    assert key.ok and "sk-ant-spare" not in key.detail
+
+
 def test_with_a_config_file_doctor_checks_for_run(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()

@@ -123,3 +123,21 @@ def test_token_shape() -> None:
     assert looks_like_bot_token(GOOD_TOKEN)
     assert not looks_like_bot_token(GOOD_TOKEN + "\n/../x")
     assert not looks_like_bot_token("")
+
+
+def test_a_fallback_without_its_key_is_refused_naming_it(home: Path) -> None:
+    with_token(home)
+    (home / "vault" / "anthropic_api_key").write_text("sk-ant-main\n")
+    env = {
+        "SHELLDON_TELEGRAM_ALLOWED_USERS": "1",
+        "SHELLDON_BRAIN_PROVIDER": "anthropic",
+        "SHELLDON_BRAIN_FALLBACK_PROVIDER": "openai",
+        "SHELLDON_BRAIN_FALLBACK_MODEL": "gpt-4o-mini",
+        "SHELLDON_BRAIN_FALLBACK_KEY": "openrouter_api_key",
+    }
+    found = preflight(settings_for(home, **env), "telegram", {})
+    (refusal,) = found.refusals
+    assert "fallback 'openai' needs openrouter_api_key" in refusal
+    assert str(home / "vault" / "openrouter_api_key") in refusal
+    (home / "vault" / "openrouter_api_key").write_text("sk-or-spare\n")
+    assert preflight(settings_for(home, **env), "telegram", {}).refusals == ()

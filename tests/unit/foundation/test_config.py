@@ -90,6 +90,18 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
         ("[brain]\nprice_out_per_mtok = nan\n", "brain.price_out_per_mtok"),
         ('[brain]\nprice_out_per_mtok = "$15"\n', "brain.price_out_per_mtok"),
         ("[brain]\nprice_per_mtok = 3\n", "brain.price_per_mtok"),
+        ('[brain]\nfallback = "openai"\n', "brain.fallback"),
+        ('[brain.fallback]\nprovider = "scripted"\nmodel = "m"\n', "brain.fallback.provider"),
+        ('[brain.fallback]\nprovider = "openai"\n', "brain.fallback.model"),
+        ('[brain.fallback]\nprovider = "openai"\nmodel = "m"\nkey = "../x"\n', "fallback.key"),
+        ('[brain.fallback]\nprovider = "openai"\nmodel = "m"\nbase_url = "x"\n', "base_url"),
+        ("[brain.fallback]\nmodle = 1\n", "brain.fallback.modle"),
+        ("[brain.fallback]\nprice_in_per_mtok = -1\n", "brain.fallback.price_in_per_mtok"),
+        (
+            '[brain]\nprovider = "openai"\nmodel = "m"\n'
+            '[brain.fallback]\nprovider = "openai"\nmodel = "m"\n',
+            "is the main provider again",
+        ),
     ],
 )
 def test_bad_file_names_the_key(tmp_path: Path, text: str, key: str) -> None:
@@ -110,6 +122,36 @@ def test_bad_file_names_the_key(tmp_path: Path, text: str, key: str) -> None:
 def test_bad_environment_value_names_the_variable(tmp_path: Path, var: str, value: str) -> None:
     with pytest.raises(ConfigError, match=var):
         load_settings(environ={"SHELLDON_HOME": str(tmp_path), var: value})
+
+
+def test_a_fallback_provider_is_read_from_its_table_and_the_environment(tmp_path: Path) -> None:
+    write(
+        tmp_path / "config.toml",
+        '[brain]\nprovider = "anthropic"\n'
+        '[brain.fallback]\nprovider = "openai"\nmodel = "gpt-4o-mini"\n'
+        'base_url = "https://openrouter.ai/api/v1"\nkey = "openrouter_api_key"\n',
+    )
+    env = {"SHELLDON_HOME": str(tmp_path), "SHELLDON_BRAIN_FALLBACK_PRICE_IN_PER_MTOK": "0.15"}
+    fb = load_settings(environ=env).brain.fallback
+    assert (fb.provider, fb.model, fb.key_name) == ("openai", "gpt-4o-mini", "openrouter_api_key")
+    assert fb.price_in_per_mtok == 0.15
+    # Without a key name the provider's usual secret is used; without a table, no fallback.
+    assert (
+        load_settings(environ={"SHELLDON_HOME": str(tmp_path / "none")}).brain.fallback.provider
+        == ""
+    )
+    env = {
+        "SHELLDON_HOME": str(tmp_path / "e"),
+        "SHELLDON_BRAIN_FALLBACK_PROVIDER": "anthropic",
+        "SHELLDON_BRAIN_FALLBACK_MODEL": "claude-haiku-4-5",
+    }
+    assert load_settings(environ=env).brain.fallback.key_name == "anthropic_api_key"
+
+
+def test_a_misspelt_fallback_override_is_refused(tmp_path: Path) -> None:
+    env = {"SHELLDON_HOME": str(tmp_path), "SHELLDON_BRAIN_FALLBACK_MODL": "m"}
+    with pytest.raises(ConfigError, match="SHELLDON_BRAIN_FALLBACK_MODEL"):
+        load_settings(environ=env)
 
 
 def test_missing_explicit_config_is_an_error(tmp_path: Path) -> None:

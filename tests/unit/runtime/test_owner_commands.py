@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shelldon.config import BrainSettings
+from shelldon.config import BrainSettings, FallbackSettings
 from shelldon.owner_commands import (
     HELP,
     cancel_scheduled,
@@ -136,6 +136,18 @@ def test_usage_shows_the_cost_where_brain_names_a_price(store: Store) -> None:
     assert "• openai gpt-4o-mini: 1 call, 500 in, 50 out, no price set" in text
     assert "Set [brain]" not in text
     assert usage_cost(UsageRow("anthropic", "claude-sonnet-4-5", 1, 1000, 0), brain) == 0.003
+
+
+def test_usage_prices_the_fallbacks_calls_under_its_own_provider(store: Store) -> None:
+    spare = FallbackSettings(
+        "openai", "gpt-4o-mini", price_in_per_mtok=0.15, price_out_per_mtok=0.6
+    )
+    brain = BrainSettings(provider="anthropic", model="claude-sonnet-4-5", fallback=spare)
+    store.usage.record("anthropic", "claude-sonnet-4-5", 1000, 100, NOW)
+    store.usage.record("openai", "gpt-4o-mini", 1_000_000, 1_000_000, NOW)
+    text = usage_text(store, brain, NOW)
+    assert "• openai gpt-4o-mini: 1 call, 1,000,000 in, 1,000,000 out, $0.75" in text
+    assert "• anthropic claude-sonnet-4-5: 1 call, 1,000 in, 100 out, no price set" in text
 
 
 def test_usage_with_no_calls_says_so(store: Store) -> None:

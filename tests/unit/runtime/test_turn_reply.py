@@ -60,3 +60,10 @@ def test_a_tool_that_ran_out_of_memory_is_told_once_whatever_the_model_said() ->
     said = turn_reply("All done!", (), failures)
     assert said.text == f"All done!\n\n{MEMORY_NOTE.format(name='hog')}"
     assert said.markdown_chars == len("All done!")
+
+
+def test_the_fallbacks_note_is_the_pets_own_words_after_the_reply() -> None:
+    note = "↪ Answered by the fallback, openai gpt-4o-mini: anthropic was overloaded."
+    said = turn_reply("**Hi.**", (Remember("a"),), (), note)
+    assert said.text == f"**Hi.**\n\n📝 I'll remember: a\n\n{note}"
+    assert said.markdown_chars == len("**Hi.**")
