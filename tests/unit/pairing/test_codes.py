@@ -4,6 +4,7 @@ restored backup) are from the issue's threat list and OpenClaw's pairing write-u
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,7 +57,7 @@ def test_the_first_message_issues_a_repeat_is_quiet_then_reminded() -> None:
     row = issued(7, "ABCDEFGH")
     assert rules.offer(row, 1, NOW + 5).kind == "quiet"
     assert rules.offer(row, 1, NOW + rules.REMIND_EVERY_S).kind == "remind"
-    reminded = PairingCode(**{**_fields(row), "reminded_at": NOW + 70})
+    reminded = dataclasses.replace(row, reminded_at=NOW + 70)
     assert rules.offer(reminded, 1, NOW + 100).kind == "quiet"
 
 
@@ -71,7 +72,7 @@ def test_only_a_good_code_matches_and_never_an_expired_or_used_one() -> None:
     assert rules.matching("ABCDEFGH", [other, good], NOW + 1) == good
     assert rules.matching("ABCDEFGJ", [other, good], NOW + 1) is None
     assert rules.matching("ABCDEFGH", [good], NOW + rules.CODE_TTL_S) is None
-    used = PairingCode(**{**_fields(good), "redeemed_at": NOW + 2})
+    used = dataclasses.replace(good, redeemed_at=NOW + 2)
     assert rules.matching("ABCDEFGH", [used], NOW + 3) is None
 
 
@@ -127,7 +128,3 @@ def test_a_restored_database_brings_no_pairing_code(store: Store) -> None:
     store.pairing.issue(issued(7, "ABCDEFGH"))
     store.audit.distrust_for_restore(NOW)
     assert store.pairing.outstanding(7, NOW + 1) is None
-
-
-def _fields(row: PairingCode) -> dict[str, object]:
-    return {name: getattr(row, name) for name in PairingCode.__slots__}
