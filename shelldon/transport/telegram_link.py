@@ -60,6 +60,7 @@ class TelegramLink:
         self.outbox = Outbox(self.api)
         self.rules = UpdateRules.of(settings.telegram.allowed_users, self.key)
         self._store: Store | None = None
+        self.clock = time.time  # what pairing codes are timed by (tests move it)
 
     @property
     def store(self) -> Store:
@@ -101,7 +102,7 @@ class TelegramLink:
         """Answer a private message sent while the pet has no owner: a new code (audited; only
         its digest kept; withdrawn if it cannot be sent, so its user may ask again), a reminder
         of the code still good, or nothing (``pairing_rules.offer`` says which)."""
-        now, store = time.time(), self.store
+        now, store = self.clock(), self.store
         outstanding = store.pairing.outstanding(request.user_id, now)
         issued = store.pairing.issued_since(now - 3600)
         verdict = pairing_rules.offer(outstanding, issued, now)

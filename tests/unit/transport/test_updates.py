@@ -228,3 +228,11 @@ def test_garbage_updates_never_raise(raw: Any) -> None:
     assert isinstance(result, InboundMessage | Decision | Rejected)
     if isinstance(result, InboundMessage | Decision):
         assert result.user_id == OWNER
+
+
+@given(st.one_of(json_values, near_valid_updates()))
+def test_with_no_owner_no_update_ever_reaches_the_inbox(raw: Any) -> None:
+    result = parse_update(raw, UpdateRules.of([], KEY))
+    assert isinstance(result, PairingRequest | Rejected)
+    if isinstance(result, PairingRequest):
+        assert all(c.isprintable() for c in result.name + result.username)
