@@ -25,6 +25,7 @@ CODE_LENGTH = 8  # 32**8 = 2**40 codes; only root can try one, ten minutes at a 
 CODE_TTL_S = 600.0
 REMIND_EVERY_S = 60.0
 MAX_CODES_PER_HOUR = 10
+CAP_WINDOW_S = 3600.0  # the hour MAX_CODES_PER_HOUR is counted over
 NAME_CHARS = 64
 
 PAIRED_TEXT = "You're paired: I'm yours now. Say hello, or send /help to see what I can do."

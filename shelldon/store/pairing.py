@@ -10,7 +10,8 @@ from shelldon.store.db import Aggregate
 from shelldon.store.rows import PairingCode
 
 KEEP_S = 3600.0
-"""How long a row is kept after issue: the window the hourly cap on codes is counted over."""
+"""How long a row is kept after issue: the window the hourly cap on codes is counted over
+(``shelldon.rules.pairing.CAP_WINDOW_S``), and longer than any code lives."""
 
 _GOOD = (
     "SELECT user_id, chat_id, name, username, digest, issued_at, expires_at, "

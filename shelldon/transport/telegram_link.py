@@ -104,7 +104,7 @@ class TelegramLink:
         of the code still good, or nothing (``pairing_rules.offer`` says which)."""
         now, store = self.clock(), self.store
         outstanding = store.pairing.outstanding(request.user_id, now)
-        issued = store.pairing.issued_since(now - 3600)
+        issued = store.pairing.issued_since(now - pairing_rules.CAP_WINDOW_S)
         verdict = pairing_rules.offer(outstanding, issued, now)
         if verdict.kind == "quiet":
             log.info("pairing_quiet", user_id=request.user_id, reason=verdict.reason)
