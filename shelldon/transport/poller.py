@@ -7,8 +7,8 @@ Telegram). A crash anywhere before ``mark_processed`` re-delivers the update on 
 ledger (and ``InboundMessage.update_id``, for a crash between handoff and mark) keep it from
 being processed twice. Every callback query is answered, so no client spinner hangs.
 
-While the pet has no owner, each round first asks ``Pairing`` whether the config names one now
-(``shelldon pair`` wrote it), and a stranger's private message is handed to ``Pairing`` to be
+While the pet has no owner, each round first asks ``OwnerPairing`` whether the config names
+one now (``shelldon pair`` wrote it), and a stranger's private message is handed to it to be
 answered with a code, never to the inbox.
 """
 
@@ -53,7 +53,7 @@ class Ledger(Protocol):
         ...
 
 
-class Pairing(Protocol):
+class OwnerPairing(Protocol):
     """Pairs the first owner (``TelegramLink``): answers strangers with codes, and learns the
     owner ``shelldon pair`` named."""
 
@@ -86,7 +86,7 @@ class Poller:
         retry: RetryPolicy | None = None,
         sleep: Sleep = asyncio.sleep,
         on_polling: Callable[[], None] | None = None,
-        pairing: Pairing | None = None,
+        pairing: OwnerPairing | None = None,
     ) -> None:
         self._api = api
         self._rules = rules
@@ -233,7 +233,7 @@ class Poller:
                 raise
             log.info("telegram.notice_not_sent", error=str(exc))
 
-    async def _offer(self, request: PairingRequest, pairing: Pairing) -> None:
+    async def _offer(self, request: PairingRequest, pairing: OwnerPairing) -> None:
         """Answer a would-be owner (best effort, like ``_tell``: the update is confirmed)."""
         try:
             await pairing.offer_code(request)
