@@ -21,7 +21,7 @@ from actors.messages import (
     Wire,
 )
 from actors.wired import WiredActor
-from shelldon.config import Settings
+from shelldon.config import Settings, allowed_users_now
 from shelldon.contracts import (
     ContractError,
     Message,
@@ -169,7 +169,7 @@ class ArbiterActor(WiredActor):
                 detail = {"args": call.args, "why": why}
                 store.audit.record("approvals", "refused", call.name, detail, now, turn_id=turn_id)
             case fx.Pump(idle_chat):
-                self._run(arbiter.on_inbox(self._inbox_view(store, now), idle_chat))
+                self._pump(store, settings, arbiter, idle_chat, now)
             case fx.TakeRow(item_id, turn_id):
                 if not store.inbox.take(item_id, now, turn_id=turn_id):
                     raise InboxOutOfStep(f"inbox row {item_id} was taken by someone else")
@@ -252,6 +252,21 @@ class ArbiterActor(WiredActor):
     def _start_due(self, store: Store, schedule_id: int, now: float) -> None:
         if not store.schedule.start(schedule_id, now):
             raise InboxOutOfStep(f"scheduled turn {schedule_id} was started already")
+
+    def _pump(
+        self,
+        store: Store,
+        settings: Settings,
+        arbiter: rules.Arbiter,
+        idle_chat: int | None,
+        now: float,
+    ) -> None:
+        view = self._inbox_view(store, now)
+        if view.rows and not arbiter.owners:
+            # Started with no owner: the transport lets an event in only once `shelldon pair`
+            # has named one in the config file, so read it again.
+            arbiter.owners = owners_of(allowed_users_now(settings), console=False)
+        self._run(arbiter.on_inbox(view, idle_chat))
 
     def _inbox_view(self, store: Store, now: float) -> InboxView:
         return inbox_view(

@@ -147,7 +147,8 @@ if [ ! -e "$ETC/config.toml" ]; then
 # sudo /opt/shelldon/src/deploy/install.sh --credential telegram_token
 
 [telegram]
-# Your numeric Telegram user id (ask @userinfobot). Nobody else can talk to the pet.
+# Who may talk to the pet (numeric Telegram user ids); nobody else can. Left empty, the bot
+# answers a private message with a code: `sudo shelldon pair CODE` writes the sender here.
 allowed_users = []
 
 [brain]
@@ -208,9 +209,11 @@ shelldon is installed${PREFIX:+ under $PREFIX}. Next:
   1. the bot token from @BotFather:   sudo $OPT/src/deploy/install.sh --credential telegram_token
   2. the model key:                   sudo $OPT/src/deploy/install.sh --credential anthropic_api_key
      (or openai_api_key, with [brain] provider = "openai" in the config)
-  3. your Telegram user id:           sudoedit $ETC/config.toml   ([telegram] allowed_users)
+  3. the [brain] you want:            sudoedit $ETC/config.toml
   4. start it:                        sudo systemctl start shelldon
-  5. check it:                        sudo shelldon doctor
+  5. pair with it: message your bot in Telegram; it answers with a code, then
+                                      sudo shelldon pair CODE
+  6. check it:                        sudo shelldon doctor
 EOF
 
 # A stock Raspberry Pi kernel has the memory cgroup controller off: say what that costs.

@@ -422,3 +422,16 @@ def load_settings(
     settings = Settings(home=home, config_path=config_path, **sections)
     _validate(settings)
     return settings
+
+
+def allowed_users_now(
+    settings: Settings, environ: Mapping[str, str] | None = None
+) -> tuple[int, ...]:
+    """``allowed_users`` as a restart would read it now: how a service started with no owner
+    learns the one ``shelldon pair`` wrote into its config file, without a restart. A file that
+    cannot be read or is not valid (an edit under way) names nobody yet."""
+    path = settings.config_path or settings.home / "config.toml"
+    try:
+        return load_settings(path if path.exists() else None, environ).telegram.allowed_users
+    except ConfigError:
+        return ()

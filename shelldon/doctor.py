@@ -431,7 +431,10 @@ def gather_checks(
         Check(
             "telegram.allowed_users",
             bool(users),
-            ", ".join(map(str, users)) if users else "empty: nobody can talk to the pet",
+            ", ".join(map(str, users))
+            if users
+            else "empty: nobody can talk to the pet yet; send the bot a message, then run "
+            "sudo shelldon pair CODE with the code it answers",
             required=for_run,
         )
     )

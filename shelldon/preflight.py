@@ -98,8 +98,9 @@ def preflight(
             refusals.append(problem)
         if not settings.telegram.allowed_users:
             warnings.append(
-                "telegram.allowed_users is empty: nobody can talk to the pet; set your numeric "
-                "Telegram user id (ask @userinfobot) in the config"
+                "telegram.allowed_users is empty: nobody can talk to the pet until it is "
+                "paired; send the bot a message in Telegram, then run the command it answers "
+                "with (sudo shelldon pair CODE) on this machine"
             )
     for fallback in (False, True):
         problem = key_problem(settings, environ, fallback=fallback)

@@ -1,5 +1,5 @@
 """The ``shelldon`` command: its arguments, parsed and dispatched to the module of each
-command (run, chat, demo, tools, backup, restore, doctor) or answered here (--version)."""
+command (run, chat, demo, tools, backup, restore, doctor, pair) or answered here (--version)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from shelldon import __version__
 from shelldon.boot import INTERRUPTED
 from shelldon.cli.backup import cmd_backup, cmd_restore
 from shelldon.cli.doctor import cmd_doctor
+from shelldon.cli.pair import cmd_pair
 from shelldon.cli.service import cmd_chat, cmd_demo, cmd_run
 from shelldon.cli.tools import cmd_tools
 from shelldon.config import ConfigError, default_home
@@ -226,6 +227,20 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     demo.set_defaults(func=cmd_demo)
     _add_tools_parser(sub, env)
     _add_backup_parsers(sub, env)
+    pair = _command(
+        sub,
+        "pair",
+        "make the Telegram user the bot gave CODE the owner",
+        "While allowed_users is empty, the bot answers a private message with a one-time code "
+        "(good for 10 minutes). Run this on the device, as root for the installed config, with "
+        "that code: the sender becomes the owner ([telegram] allowed_users in the config file, "
+        "every other byte kept), the pairing is audited, and a running service picks it up "
+        "without a restart.",
+        (0, 1, 2),
+        env,
+    )
+    pair.add_argument("code", metavar="CODE", help="the code the bot sent, as ABCD-EFGH")
+    pair.set_defaults(func=cmd_pair)
     return parser
 
 

@@ -1,5 +1,5 @@
 """The sqlite store: one file under home, one aggregate per concern (conversation, parked,
-cards, inbox, schedule, tools, usage, audit) over one connection. Every time is passed in
+cards, inbox, schedule, tools, usage, audit, pairing) over one connection. Every time is passed in
 (``now``) so tests use a fake clock. Each actor (and each command) opens its own ``Store``;
 the store that opens a connection closes it.
 """
@@ -13,6 +13,7 @@ from shelldon.store.cards import CARD_KEEP_S, Cards
 from shelldon.store.conversation import Conversation
 from shelldon.store.db import Db, StoreError, database_in_use
 from shelldon.store.inbox import Inbox
+from shelldon.store.pairing import Pairing
 from shelldon.store.parked import Parked
 from shelldon.store.rows import (
     TOOL_STATES,
@@ -22,6 +23,7 @@ from shelldon.store.rows import (
     Distrusted,
     Fact,
     InboxItem,
+    PairingCode,
     ParkedPromotion,
     Pending,
     RepairOffer,
@@ -47,7 +49,7 @@ from shelldon.store.usage import Usage
 
 __all__ = [
     "CARD_KEEP_S", "SCHEMA_VERSION", "TOOL_STATES", "ApprovedTool", "AuditEntry", "Card",
-    "Distrusted", "Fact", "InboxItem", "ParkedPromotion", "Pending", "RepairOffer",
+    "Distrusted", "Fact", "InboxItem", "PairingCode", "ParkedPromotion", "Pending", "RepairOffer",
     "Scheduled", "SchemaObject", "Store", "StoreError", "StoredMessage", "Taken", "ToolHealth",
     "UsageRow", "check_foreign_database", "database_in_use", "expected_schema",
     "schema_objects",
@@ -62,4 +64,4 @@ class Store(Db):
         super().__init__(Path(path), busy_timeout_ms, migrate)
         self.conversation, self.parked, self.cards = Conversation(self), Parked(self), Cards(self)
         self.inbox, self.schedule, self.tools = Inbox(self), Schedule(self), Tools(self)
-        self.usage, self.audit = Usage(self), Audit(self)
+        self.usage, self.audit, self.pairing = Usage(self), Audit(self), Pairing(self)

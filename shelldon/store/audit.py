@@ -63,6 +63,8 @@ class Audit(Aggregate):
             # name messages of another chat history).
             db.execute("DELETE FROM repair_offers WHERE taken_at IS NULL")
             db.execute("DELETE FROM cards")
+            # A pairing code issued on another device must not make its holder owner here.
+            db.execute("DELETE FROM pairing_codes")
             inbox = db.execute(
                 "UPDATE inbox SET taken_at = COALESCE(taken_at, ?), done_at = ? "
                 "WHERE done_at IS NULL",

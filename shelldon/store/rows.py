@@ -163,3 +163,18 @@ class InboxItem:
     id: int
     update_id: int | None
     blob: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PairingCode:
+    """A code issued to one Telegram user (only its digest is kept), and what became of it."""
+
+    user_id: int
+    chat_id: int
+    name: str
+    username: str
+    digest: str
+    issued_at: float
+    expires_at: float
+    reminded_at: float = 0.0
+    redeemed_at: float = 0.0

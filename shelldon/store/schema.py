@@ -94,6 +94,14 @@ _MIGRATIONS: tuple[str, ...] = (
         turn_id TEXT PRIMARY KEY, chat_id INTEGER NOT NULL, message_id INTEGER NOT NULL,
         text TEXT NOT NULL, outcome TEXT NOT NULL DEFAULT '', created_at REAL NOT NULL);
     """,
+    # v7: pairing codes issued while the pet has no owner (shelldon.rules.pairing): the
+    # code's digest only, checked by `shelldon pair` as root, never by anything in Telegram.
+    """
+    CREATE TABLE pairing_codes (
+        user_id INTEGER PRIMARY KEY, chat_id INTEGER NOT NULL, name TEXT NOT NULL,
+        username TEXT NOT NULL, digest TEXT NOT NULL, issued_at REAL NOT NULL,
+        expires_at REAL NOT NULL, reminded_at REAL, redeemed_at REAL);
+    """,
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)

@@ -6,11 +6,16 @@ only then does the next getUpdates offset move past it (the offset is what confi
 Telegram). A crash anywhere before ``mark_processed`` re-delivers the update on restart; the
 ledger (and ``InboundMessage.update_id``, for a crash between handoff and mark) keep it from
 being processed twice. Every callback query is answered, so no client spinner hangs.
+
+While the pet has no owner, each round first asks ``OwnerPairing`` whether the config names
+one now (``shelldon pair`` wrote it), and a stranger's private message is handed to it to be
+answered with a code, never to the inbox.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -22,6 +27,8 @@ from shelldon.transport.render import escape
 from shelldon.transport.telegram import BotApi, RetryPolicy, Sleep
 from shelldon.transport.telegram_errors import BadRequest, TelegramError
 from shelldon.transport.updates import (
+    PairingRequest,
+    Parsed,
     Rejected,
     UpdateRules,
     offset_past,
@@ -46,6 +53,20 @@ class Ledger(Protocol):
         ...
 
 
+class OwnerPairing(Protocol):
+    """Pairs the first owner (``TelegramLink``): answers strangers with codes, and learns the
+    owner ``shelldon pair`` named."""
+
+    async def offer_code(self, request: PairingRequest) -> None:
+        """Answer a private message sent while there is no owner (a code, a reminder, or
+        nothing when rate-limited)."""
+        ...
+
+    async def paired_owners(self) -> frozenset[int]:
+        """The owners the config file names now (empty: still none); each new one is told."""
+        ...
+
+
 Handoff = Callable[[InboundMessage | Decision], Awaitable[str | None]]
 """Stores an event durably and returns; for a Decision its result is the tap's notice text."""
 
@@ -65,6 +86,7 @@ class Poller:
         retry: RetryPolicy | None = None,
         sleep: Sleep = asyncio.sleep,
         on_polling: Callable[[], None] | None = None,
+        pairing: OwnerPairing | None = None,
     ) -> None:
         self._api = api
         self._rules = rules
@@ -77,6 +99,7 @@ class Poller:
         self._offset: int | None = None
         # Called once, after the first command registration attempt: the service is up (READY).
         self._on_polling = on_polling
+        self._pairing = pairing
 
     @property
     def offset(self) -> int | None:
@@ -134,6 +157,10 @@ class Poller:
     async def poll_once(self) -> int:
         """One getUpdates round: take every update it returns, in order; return how many."""
         updates = await self._api.get_updates(self._offset, self._poll_timeout_s)
+        if not self._rules.owners and self._pairing is not None:
+            owners = await self._pairing.paired_owners()
+            if owners:  # from now on, updates are read as the owner's or a stranger's
+                self._rules = dataclasses.replace(self._rules, owners=owners)
         for raw in updates:
             update_id = update_id_of(raw)
             if update_id is None:
@@ -167,16 +194,21 @@ class Poller:
         await self._answer(callback_id, notice)
         if told and isinstance(parsed, Rejected):
             await self._tell(parsed.chat_id, parsed.notice)
+        elif told and isinstance(parsed, PairingRequest) and self._pairing is not None:
+            await self._offer(parsed, self._pairing)
 
-    async def _store(
-        self, update_id: int, parsed: InboundMessage | Decision | Rejected
-    ) -> tuple[str, str | None, bool]:
+    async def _store(self, update_id: int, parsed: Parsed) -> tuple[str, str | None, bool]:
         """Hand ``parsed`` off and record ``update_id``; return the tap to answer and how, and
-        whether the owner is to be told the update's ``notice`` (once, not on a re-delivery)."""
+        whether the sender is to be answered: the update's ``notice``, or a pairing code (once,
+        not on a re-delivery)."""
         if self._ledger.is_processed(update_id):
             log.info("telegram.duplicate_update_skipped", update_id=update_id)
             # The crash that re-delivered it may have come before the tap was answered.
             return _callback_id(parsed), None, False
+        if isinstance(parsed, PairingRequest):
+            log.info("telegram.pairing_request", update_id=update_id, user_id=parsed.user_id)
+            self._ledger.mark_processed(update_id)
+            return "", None, True
         if isinstance(parsed, Rejected):
             log.warning(
                 "telegram.update_dropped",
@@ -201,6 +233,17 @@ class Poller:
                 raise
             log.info("telegram.notice_not_sent", error=str(exc))
 
+    async def _offer(self, request: PairingRequest, pairing: OwnerPairing) -> None:
+        """Answer a would-be owner (best effort, like ``_tell``: the update is confirmed)."""
+        try:
+            await pairing.offer_code(request)
+        except TelegramError as exc:
+            if exc.fatal:
+                raise
+            log.info("telegram.pairing_code_not_sent", error=str(exc))
+        except Exception:
+            log.exception("telegram.pairing_failed", user_id=request.user_id)
+
     async def _answer(self, callback_id: str, text: str | None) -> None:
         if not callback_id:
             return
@@ -213,7 +256,7 @@ class Poller:
             log.info("telegram.answer_failed", error=str(exc))
 
 
-def _callback_id(parsed: InboundMessage | Decision | Rejected) -> str:
+def _callback_id(parsed: Parsed) -> str:
     if isinstance(parsed, Decision | Rejected):
         return parsed.callback_id
     return ""

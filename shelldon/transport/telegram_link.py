@@ -1,5 +1,6 @@
 """The Telegram side of the TransportActor, living on its asyncio loop: the poller that hands
-each update off durably, and the sends (replies, approval keyboards, outcomes, typing)."""
+each update off durably, the sends (replies, approval keyboards, outcomes, typing), and, while
+the pet has no owner, the pairing codes (``shelldon.rules.pairing``)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from typing import Any, Protocol
 
 import structlog
 
-from shelldon.config import Settings
+from shelldon.config import Settings, allowed_users_now
 from shelldon.contracts import Decision, InboundMessage, encode
-from shelldon.store import Store
+from shelldon.rules import pairing as pairing_rules
+from shelldon.rules.commands import owners_of
+from shelldon.store import PairingCode, Store
 from shelldon.transport.approvals import (
     APPROVE_LABELS,
     REPAIR_LABELS,
@@ -26,7 +29,8 @@ from shelldon.transport.outbox import Outbox
 from shelldon.transport.poller import Poller
 from shelldon.transport.render import escape
 from shelldon.transport.telegram import BotApi
-from shelldon.transport.updates import UpdateRules
+from shelldon.transport.telegram_errors import TelegramError
+from shelldon.transport.updates import PairingRequest, UpdateRules
 
 log = structlog.get_logger(__name__)
 
@@ -56,6 +60,7 @@ class TelegramLink:
         self.outbox = Outbox(self.api)
         self.rules = UpdateRules.of(settings.telegram.allowed_users, self.key)
         self._store: Store | None = None
+        self.clock = time.time  # what pairing codes are timed by (tests move it)
 
     @property
     def store(self) -> Store:
@@ -88,9 +93,66 @@ class TelegramLink:
             self.handoff,
             poll_timeout_s=self.settings.telegram.poll_timeout_s,
             on_polling=lambda: self.notifier.notify("polling"),
+            pairing=self,
         )
         log.info("telegram_polling", api_base=self.settings.telegram.api_base)
         await poller.run()
+
+    async def offer_code(self, request: PairingRequest) -> None:
+        """Answer a private message sent while the pet has no owner: a new code (audited; only
+        its digest kept; withdrawn if it cannot be sent, so its user may ask again), a reminder
+        of the code still good, or nothing (``pairing_rules.offer`` says which)."""
+        now, store = self.clock(), self.store
+        outstanding = store.pairing.outstanding(request.user_id, now)
+        issued = store.pairing.issued_since(now - pairing_rules.CAP_WINDOW_S)
+        verdict = pairing_rules.offer(outstanding, issued, now)
+        if verdict.kind == "quiet":
+            log.info("pairing_quiet", user_id=request.user_id, reason=verdict.reason)
+            return
+        if outstanding is not None:
+            store.pairing.reminded(request.user_id, now)
+            await self.outbox.send_text(
+                request.chat_id, escape(pairing_rules.reminder_text(outstanding))
+            )
+            return
+        code = pairing_rules.new_code()
+        row = PairingCode(
+            request.user_id,
+            request.chat_id,
+            request.name,
+            request.username,
+            pairing_rules.digest(code),
+            now,
+            now + pairing_rules.CODE_TTL_S,
+        )
+        store.pairing.issue(row)
+        who = pairing_rules.who(request.name, request.username, request.user_id)
+        detail = {"name": request.name, "username": request.username, "expires_at": row.expires_at}
+        store.audit.record("telegram", "pairing_code_issued", str(request.user_id), detail, now)
+        log.warning("pairing_code_issued", user_id=request.user_id, who=who)
+        command = escape(f"sudo shelldon pair {pairing_rules.shown(code)}")
+        text = escape(pairing_rules.code_text(code, request.name))
+        try:  # the command in <code>: one tap copies it
+            await self.outbox.send_text(
+                request.chat_id, text.replace(command, f"<code>{command}</code>")
+            )
+        except TelegramError:
+            store.pairing.withdraw(request.user_id, row.digest)
+            raise
+
+    async def paired_owners(self) -> frozenset[int]:
+        """The owners the config file names now; each is told they are paired (chat id and
+        user id are the same in a private chat)."""
+        owners = owners_of(allowed_users_now(self.settings), console=False)
+        for user_id in sorted(owners):
+            log.warning("owner_paired", user_id=user_id)
+            try:
+                await self.outbox.send_text(user_id, escape(pairing_rules.PAIRED_TEXT))
+            except TelegramError as exc:
+                if exc.fatal:
+                    raise
+                log.info("telegram.paired_notice_not_sent", error=str(exc))
+        return owners
 
     async def reply(self, chat_id: int, text: str, markdown_chars: int = 0) -> None:
         """Send the owner a reply whose first ``markdown_chars`` characters are the model's

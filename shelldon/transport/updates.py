@@ -3,7 +3,9 @@
 ``parse_update`` never raises: malformed JSON shapes, unknown update kinds, missing fields and
 wrong types all become ``Rejected(reason)``. The owner gate is applied here first: a message or
 a tap from anyone who is not an owner (``shelldon.rules.arbiter.owners_of``), or from a group
-chat, where replies would be seen by others, is rejected before it can reach the inbox.
+chat, where replies would be seen by others, is rejected before it can reach the inbox. While
+there is no owner at all, a private message is a ``PairingRequest`` instead (it is answered
+with a pairing code, ``shelldon.rules.pairing``, and still reaches nothing else).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from shelldon.contracts import Decision, InboundMessage
 from shelldon.rules.commands import owners_of
+from shelldon.rules.pairing import clean_name
 from shelldon.transport.approvals import InvalidCallback, parse_callback_data
 
 
@@ -75,7 +78,19 @@ def unreadable_kind(message: dict[str, Any]) -> str:
     return next((word for key, word in UNREADABLE if key in message), "")
 
 
-Parsed = InboundMessage | Decision | Rejected
+@dataclass(frozen=True, slots=True)
+class PairingRequest:
+    """A private message while the pet has no owner: its sender may be the owner-to-be, who
+    is sent a pairing code. Its text is never read (a code typed here pairs nobody)."""
+
+    update_id: int
+    user_id: int
+    chat_id: int
+    name: str = ""
+    username: str = ""
+
+
+Parsed = InboundMessage | Decision | Rejected | PairingRequest
 
 
 # What sqlite's INTEGER (and msgpack's signed ints) can hold: every id the pet stores or
@@ -135,6 +150,8 @@ def _parse_message(update_id: int, message: dict[str, Any], rules: UpdateRules) 
     user_id = _sender(message)
     if user_id is None:
         return Rejected("message without a human sender", update_id)
+    if not rules.owners:
+        return _pairing_request(update_id, message, user_id)
     if user_id not in rules.owners:
         return Rejected("sender is not in allowed_users", update_id, user_id)
     chat_id = _private_chat(message)
@@ -149,6 +166,15 @@ def _parse_message(update_id: int, message: dict[str, Any], rules: UpdateRules) 
     # JSON may carry lone surrogates ("\udcff"): not text, and not storable as UTF-8.
     text = text.encode("utf-8", "replace").decode("utf-8")
     return InboundMessage(chat_id=chat_id, user_id=user_id, text=text, update_id=update_id)
+
+
+def _pairing_request(update_id: int, message: dict[str, Any], user_id: int) -> Parsed:
+    chat_id = _private_chat(message)
+    if chat_id is None:
+        return Rejected("no owner yet, and not a private chat", update_id, user_id)
+    user = _dict(message.get("from")) or {}
+    name = clean_name(f"{clean_name(user.get('first_name'))} {clean_name(user.get('last_name'))}")
+    return PairingRequest(update_id, user_id, chat_id, name, clean_name(user.get("username")))
 
 
 def _parse_callback(update_id: int, query: dict[str, Any], rules: UpdateRules) -> Parsed:

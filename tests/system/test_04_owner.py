@@ -10,7 +10,10 @@ from pathlib import Path
 
 from tests.system.rig import (
     CGROUP,
+    CONFIG,
+    CONFIG_TEMPLATE,
     HOME,
+    OWNER,
     TURN_S,
     UNIT,
     WORKSPACE,
@@ -23,6 +26,8 @@ from tests.system.rig import (
     sh,
     shell,
     show,
+    sqlite,
+    wait_until,
 )
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -190,3 +195,47 @@ def test_the_live_unit_exposure_is_at_most_2() -> None:
     assert match, out[-2000:]
     print(f"exposure {match.group(1)}")
     assert float(match.group(1)) <= 2.0, out[-4000:]
+
+
+def test_pairing_the_first_owner_as_the_readme_says(pet: Pet) -> None:
+    """README "Deployment" step 9: an unpaired pet answers a message with a code; `sudo
+    shelldon pair CODE` makes the sender the owner, with no restart."""
+    text = CONFIG_TEMPLATE.format(api_base=pet.bot.api_base, owner="", base_url=pet.brain.base_url)
+    CONFIG.write_text(text)  # as installed: root:shelldon 0640, kept by write_text
+    before = CONFIG.stat()
+    try:
+        pet.restart()
+        main = show()["MainPID"]
+        mark = pet.bot.say("hello, who are you?")
+        sent = pet.bot.wait_text("sudo shelldon pair", since=mark, timeout=60)
+        match = re.search(r"sudo shelldon pair ([A-Z2-9]{4}-[A-Z2-9]{4})", sent)
+        assert match, sent
+        time.sleep(2)
+        assert len(pet.bot.texts(mark)) == 1  # a code and nothing else: no turn ran
+        proc = sh(str(WRAPPER), "pair", match.group(1), check=False, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert proc.stdout.startswith(
+            f"added user{OWNER} (id {OWNER}) to allowed_users in {CONFIG}\n"
+        ), proc.stdout
+        assert CONFIG.read_text() == text.replace(
+            "allowed_users = []", f"allowed_users = [{OWNER}]"
+        )
+        after = CONFIG.stat()
+        assert (after.st_uid, after.st_gid, after.st_mode) == (
+            before.st_uid,
+            before.st_gid,
+            before.st_mode,
+        )
+        pet.bot.wait_text("You're paired", since=mark, timeout=TURN_S)
+        pet.turn("hello after pairing", "Paired and talking.", timeout=TURN_S)
+        assert show()["MainPID"] == main  # picked up without a restart
+        # Run as root, it left nothing in the pet's home that the service user cannot use.
+        assert sh("find", str(HOME), "-uid", "0").stdout.split() == []
+        audit = wait_until(
+            lambda: [r for r in sqlite("SELECT action, subject FROM audit") if "paired" in r],
+            30,
+            "the pairing in the audit log",
+        )
+        assert audit == [f"paired|{OWNER}"], audit
+    finally:
+        pet.configure()

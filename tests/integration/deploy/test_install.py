@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from shelldon.config import load_settings
+from shelldon.config_edit import with_owner
 
 REPO = Path(__file__).resolve().parents[3]
 INSTALL = REPO / "deploy" / "install.sh"
@@ -64,6 +65,10 @@ def test_install_writes_the_service_layout(tmp_path: Path) -> None:
     assert mode(config) == 0o640
     settings = load_settings(config, environ={"SHELLDON_HOME": str(root / "var/lib/shelldon")})
     assert settings.telegram.allowed_users == () and settings.brain.provider == "anthropic"
+    # `shelldon pair` can set the owner in it, changing nothing else.
+    skeleton = config.read_text()
+    assert with_owner(skeleton, 1001) == skeleton.replace("= []", "= [1001]", 1)
+    assert skeleton.count("= []") == 1
     home = root / "var/lib/shelldon"
     for d in (home, home / "workspace", home / "vault"):
         assert mode(d) == 0o700
@@ -76,8 +81,10 @@ def test_install_writes_the_service_layout(tmp_path: Path) -> None:
     assert "systemctl enable shelldon.service" in actions
     assert any(a.startswith("chown root:root") and str(creds) in a for a in actions)
     assert any("venv/bin/pip install" in a for a in actions)
-    # The owner is told how to put the token in, without it ever going through argv.
+    # The owner is told how to put the token in, without it ever going through argv, and
+    # to pair with the bot rather than look up their id.
     assert "--credential telegram_token" in proc.stdout
+    assert "sudo shelldon pair CODE" in proc.stdout and "userinfobot" not in proc.stdout
 
 
 def test_install_twice_changes_nothing(tmp_path: Path) -> None:

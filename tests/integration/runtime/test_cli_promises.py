@@ -30,6 +30,7 @@ COMMANDS = (
     ["tools", "import", "in.tar.gz"],
     ["backup", "out.tar.gz"],
     ["restore", "in.tar.gz"],
+    ["pair", "ABCD-EFGH"],
 )
 
 

@@ -65,8 +65,9 @@ def test_empty_allowed_users_is_a_warning_not_a_refusal(home: Path) -> None:
     found = preflight(settings_for(home), "telegram", {})
     assert found.refusals == ()
     assert found.warnings == (
-        "telegram.allowed_users is empty: nobody can talk to the pet; set your numeric "
-        "Telegram user id (ask @userinfobot) in the config",
+        "telegram.allowed_users is empty: nobody can talk to the pet until it is "
+        "paired; send the bot a message in Telegram, then run the command it answers "
+        "with (sudo shelldon pair CODE) on this machine",
     )
 
 

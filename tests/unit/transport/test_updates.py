@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from shelldon.contracts import Decision, InboundMessage
 from shelldon.transport.approvals import approval_callback_data, callback_key
 from shelldon.transport.updates import (
+    PairingRequest,
     Rejected,
     UpdateRules,
     offset_past,
@@ -67,8 +68,20 @@ def test_stranger_message_is_rejected() -> None:
     assert "allowed_users" in result.reason
 
 
-def test_nobody_passes_when_allowed_users_is_empty() -> None:
-    assert isinstance(parse_update(message(OWNER), UpdateRules.of([], KEY)), Rejected)
+def test_with_no_owner_a_private_message_only_asks_for_pairing() -> None:
+    unpaired = UpdateRules.of([], KEY)
+    update = message(STRANGER, "sudo shelldon pair ABCD-EFGH")
+    update["message"]["from"] |= {"first_name": "Ada\x1b[2J", "last_name": "L", "username": "ada"}
+    assert parse_update(update, unpaired) == PairingRequest(
+        5, STRANGER, STRANGER, "Ada[2J L", "ada"
+    )
+    # Nothing else gets past: a group, a channel, a bot, a tap.
+    for chat_type in ("group", "supergroup", "channel"):
+        assert isinstance(parse_update(message(STRANGER, chat_type=chat_type), unpaired), Rejected)
+    bot = message(STRANGER)
+    bot["message"]["from"]["is_bot"] = True
+    assert isinstance(parse_update(bot, unpaired), Rejected)
+    assert isinstance(parse_update(tap(STRANGER, "a:t1:00"), unpaired), Rejected)
 
 
 def test_owner_message_in_a_group_is_rejected() -> None:
@@ -215,3 +228,11 @@ def test_garbage_updates_never_raise(raw: Any) -> None:
     assert isinstance(result, InboundMessage | Decision | Rejected)
     if isinstance(result, InboundMessage | Decision):
         assert result.user_id == OWNER
+
+
+@given(st.one_of(json_values, near_valid_updates()))
+def test_with_no_owner_no_update_ever_reaches_the_inbox(raw: Any) -> None:
+    result = parse_update(raw, UpdateRules.of([], KEY))
+    assert isinstance(result, PairingRequest | Rejected)
+    if isinstance(result, PairingRequest):
+        assert all(c.isprintable() for c in result.name + result.username)
