@@ -24,6 +24,7 @@ PROVIDERS = ("anthropic", "openai", "scripted")
 SANDBOX_MODES = ("required", "best-effort", "off")
 SANDBOX_FS_LAYERS = ("auto", "landlock", "userns", "none")
 SANDBOX_PIDNS = ("auto", "off")
+VISION_MODES = ("auto", "on", "off")
 RETIRED_SECTIONS = {
     "actors": "the [actors] section is gone: every actor runs in the service's one process "
     "(no base to choose, no admin port); delete the section",
@@ -111,6 +112,24 @@ class SandboxSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class PhotosSettings:
+    """Photos the owner sends: whether the model is shown them, and the caps on each one."""
+
+    # auto: on for provider "anthropic" (its current models all take images), off otherwise:
+    # an OpenAI-compatible model may or may not see, so that is the owner's word ("on").
+    vision: str = "auto"
+    max_px: int = 1280  # the longest side of the Telegram size chosen (and of an image file)
+    max_bytes: int = 5_000_000  # Anthropic's own per-image limit
+    fetch_timeout_s: float = 20.0  # getFile and the download together
+
+    def enabled(self, provider: str) -> bool:
+        """Whether photos go to the model of ``provider`` (else: the text-only reply)."""
+        if self.vision == "auto":
+            return provider == "anthropic"
+        return self.vision == "on"
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """All of shelldon's settings, with the paths derived from ``home``."""
 
@@ -120,6 +139,7 @@ class Settings:
     brain: BrainSettings = field(default_factory=BrainSettings)
     limits: LimitsSettings = field(default_factory=LimitsSettings)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    photos: PhotosSettings = field(default_factory=PhotosSettings)
 
     @property
     def workspace(self) -> Path:
@@ -154,6 +174,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "brain": BrainSettings,
     "limits": LimitsSettings,
     "sandbox": SandboxSettings,
+    "photos": PhotosSettings,
 }
 
 
@@ -233,6 +254,10 @@ def _validate(s: Settings) -> None:
         raise ConfigError(
             "sandbox.pidns", f"{s.sandbox.pidns!r} is not one of {', '.join(SANDBOX_PIDNS)}"
         )
+    if s.photos.vision not in VISION_MODES:
+        raise ConfigError(
+            "photos.vision", f"{s.photos.vision!r} is not one of {', '.join(VISION_MODES)}"
+        )
     if s.sandbox.fs not in SANDBOX_FS_LAYERS:
         layers = ", ".join(SANDBOX_FS_LAYERS)
         raise ConfigError("sandbox.fs", f"{s.sandbox.fs!r} is not one of {layers}")
@@ -263,6 +288,9 @@ def _validate(s: Settings) -> None:
         "sandbox.pids_max": s.sandbox.pids_max,
         "sandbox.turns_memory_max_mb": s.sandbox.turns_memory_max_mb,
         "sandbox.turns_pids_max": s.sandbox.turns_pids_max,
+        "photos.max_px": s.photos.max_px,
+        "photos.max_bytes": s.photos.max_bytes,
+        "photos.fetch_timeout_s": s.photos.fetch_timeout_s,
     }
     for key, value in positives.items():
         if value <= 0:
