@@ -18,6 +18,7 @@ import structlog
 
 from shelldon.contracts import Decision, InboundMessage
 from shelldon.rules.commands import OWNER_COMMANDS
+from shelldon.transport.photos import WantedPhoto
 from shelldon.transport.render import escape
 from shelldon.transport.telegram import BotApi, RetryPolicy, Sleep
 from shelldon.transport.telegram_errors import BadRequest, TelegramError
@@ -46,8 +47,9 @@ class Ledger(Protocol):
         ...
 
 
-Handoff = Callable[[InboundMessage | Decision], Awaitable[str | None]]
-"""Stores an event durably and returns; for a Decision its result is the tap's notice text."""
+Handoff = Callable[[InboundMessage | Decision | WantedPhoto], Awaitable[str | None]]
+"""Stores an event durably and returns; for a Decision its result is the tap's notice text.
+A ``WantedPhoto`` is fetched first (bounded in bytes and time) and handed off as a message."""
 
 
 class Poller:
@@ -169,7 +171,7 @@ class Poller:
             await self._tell(parsed.chat_id, parsed.notice)
 
     async def _store(
-        self, update_id: int, parsed: InboundMessage | Decision | Rejected
+        self, update_id: int, parsed: InboundMessage | Decision | Rejected | WantedPhoto
     ) -> tuple[str, str | None, bool]:
         """Hand ``parsed`` off and record ``update_id``; return the tap to answer and how, and
         whether the owner is to be told the update's ``notice`` (once, not on a re-delivery)."""
@@ -213,7 +215,7 @@ class Poller:
             log.info("telegram.answer_failed", error=str(exc))
 
 
-def _callback_id(parsed: InboundMessage | Decision | Rejected) -> str:
+def _callback_id(parsed: InboundMessage | Decision | Rejected | WantedPhoto) -> str:
     if isinstance(parsed, Decision | Rejected):
         return parsed.callback_id
     return ""

@@ -15,6 +15,7 @@ from typing import Any
 from shelldon.contracts import Decision, InboundMessage
 from shelldon.rules.commands import owners_of
 from shelldon.transport.approvals import InvalidCallback, parse_callback_data
+from shelldon.transport.photos import PhotoCaps, WantedPhoto, wanted_photo
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,11 +24,14 @@ class UpdateRules:
 
     owners: frozenset[int]
     callback_key: bytes = field(repr=False)  # derived from the bot token: never in a log line
+    photos: PhotoCaps | None = None  # None: the model takes no images (the text-only reply)
 
     @classmethod
-    def of(cls, allowed_users: Iterable[int], callback_key: bytes) -> UpdateRules:
-        """Rules from the configured ``allowed_users``."""
-        return cls(owners_of(allowed_users, console=False), callback_key)
+    def of(
+        cls, allowed_users: Iterable[int], callback_key: bytes, photos: PhotoCaps | None = None
+    ) -> UpdateRules:
+        """Rules from the configured ``allowed_users`` (and photo caps, where the model sees)."""
+        return cls(owners_of(allowed_users, console=False), callback_key, photos)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +79,7 @@ def unreadable_kind(message: dict[str, Any]) -> str:
     return next((word for key, word in UNREADABLE if key in message), "")
 
 
-Parsed = InboundMessage | Decision | Rejected
+Parsed = InboundMessage | Decision | Rejected | WantedPhoto
 
 
 # What sqlite's INTEGER (and msgpack's signed ints) can hold: every id the pet stores or
@@ -141,6 +145,10 @@ def _parse_message(update_id: int, message: dict[str, Any], rules: UpdateRules) 
     if chat_id is None:
         return Rejected("owner message outside a private chat", update_id, user_id)
     text = message.get("text")
+    if not isinstance(text, str) and rules.photos is not None:
+        wanted = wanted_photo(message, rules.photos, chat_id, user_id, update_id)
+        if wanted is not None:
+            return wanted
     if not isinstance(text, str) or not text.strip():
         kind = unreadable_kind(message) if not isinstance(text, str) else ""
         notice = text_only_notice(kind) if kind else ""
