@@ -11,8 +11,10 @@ import structlog
 from thespian.actors import ActorAddress, ActorExitRequest, WatchMessage
 
 from actors.bridge import AsyncBridge
-from actors.messages import JobAnswer, Wire
+from actors.messages import JobAnswer, PhotoBytes, TurnClosed, Wire
 from actors.wired import WiredActor
+from shelldon.broker.photos import PhotoShelf
+from shelldon.config import PhotosSettings
 from shelldon.contracts import Job, JobFailed, Usage
 
 log = structlog.get_logger(__name__)
@@ -28,6 +30,8 @@ class BrokerActor(WiredActor):
         self.load_kind = "unconfigured"
         self.load_error = ""
         self.brain: tuple[str, str] = ("", "")  # provider, model: what /usage counts under
+        # Two photos at the cap: one in its turn, one queued behind it.
+        self.photos = PhotoShelf(2 * PhotosSettings().max_bytes)
 
     def wired(self, msg: Wire, *, first: bool) -> None:
         from shelldon.broker import load_provider
@@ -35,6 +39,7 @@ class BrokerActor(WiredActor):
         if not first:
             return
         self.brain = (msg.settings.brain.provider, msg.settings.brain.model)
+        self.photos.max_bytes = 2 * msg.settings.photos.max_bytes
         self.bridge = AsyncBridge("broker")
         self.watch(self.bridge.fileno())
         from shelldon.secrets import SecretMissingError
@@ -55,8 +60,16 @@ class BrokerActor(WiredActor):
             failed = JobFailed(msg.turn_id, self.load_kind, self.load_error or "no provider")
             self.send(sender, JobAnswer(msg.turn_id, failed))
             return
-        coro = self.provider.complete_with_tools(msg.messages, msg.tools, deadline=msg.deadline)
+        # The photo's bytes join the request here, at the provider's door, and nowhere else.
+        messages = self.photos.attach(msg.turn_id, msg.messages)
+        coro = self.provider.complete_with_tools(messages, msg.tools, deadline=msg.deadline)
         self.bridge.submit(coro, (sender, msg.turn_id))
+
+    def receiveMsg_PhotoBytes(self, msg: PhotoBytes, sender: ActorAddress) -> None:
+        self.photos.put(msg.photo, msg.data)
+
+    def receiveMsg_TurnClosed(self, msg: TurnClosed, sender: ActorAddress) -> None:
+        self.photos.close(msg.turn_id)
 
     def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: ActorAddress) -> None:
         if self.bridge is None or self.bridge.fileno() not in msg.ready:

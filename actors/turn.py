@@ -15,7 +15,16 @@ from dataclasses import dataclass
 import structlog
 from thespian.actors import ActorAddress, ActorExitRequest, WakeupMessage, WatchMessage
 
-from actors.messages import Fatal, JobAnswer, StartResume, StartTurn, TurnEnded, Typing, Wire
+from actors.messages import (
+    Fatal,
+    JobAnswer,
+    StartResume,
+    StartTurn,
+    TurnClosed,
+    TurnEnded,
+    Typing,
+    Wire,
+)
 from actors.wired import WiredActor
 from shelldon.config import Settings
 from shelldon.contracts import Result, ResumeRequest, TurnRequest
@@ -286,6 +295,8 @@ class TurnActor(WiredActor):
             tool_executions=result.tool_executions,
             ms=round((time.monotonic() - self.started) * 1000, 1),
         )
+        if "broker" in self.peers:
+            self.send(self.peers["broker"], TurnClosed(result.turn_id))
         self._report(self.chat_id, self.source, result)
 
     def _report(self, chat_id: int, source: str, result: Result) -> None:

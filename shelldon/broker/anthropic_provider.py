@@ -13,6 +13,7 @@ deadline: ``call_with_retries`` owns both. Every SDK exception is translated in
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from collections.abc import Sequence
@@ -148,6 +149,16 @@ def _text_blocks(text: str) -> list[dict[str, Any]]:
     return [{"type": "text", "text": text}] if text.strip() else []
 
 
+def _image_blocks(msg: Message) -> list[dict[str, Any]]:
+    # Base64 here, at the wire, and only for a photo whose bytes the broker attached.
+    photo = msg.photo
+    if photo is None or not photo.data:
+        return []
+    data = base64.b64encode(photo.data).decode("ascii")
+    source = {"type": "base64", "media_type": photo.media_type, "data": data}
+    return [{"type": "image", "source": source}]
+
+
 def as_plain_text(msg: Message) -> Message:
     """A tool call or tool result retold as plain text, for a request without tools."""
     if msg.role is Role.TOOL:
@@ -184,7 +195,7 @@ def to_anthropic(
             if msg.content.strip():
                 system.append(msg.content)
         elif msg.role is Role.USER:
-            add("user", _text_blocks(msg.content))
+            add("user", _image_blocks(msg) + _text_blocks(msg.content))
         elif msg.role is Role.ASSISTANT:
             blocks = _text_blocks(msg.content.rstrip())
             blocks += [

@@ -17,6 +17,7 @@ A provider without a key sends no ``Authorization`` header (llama.cpp, Ollama).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 import uuid
@@ -122,6 +123,17 @@ def parse_arguments(raw: object) -> tuple[dict[str, Any], str]:
     return value, ""
 
 
+def _user_content(msg: Message) -> str | list[dict[str, Any]]:
+    """A user message's content: its text, or text and image parts when the broker attached
+    a photo's bytes (base64 here, at the wire, and nowhere else)."""
+    photo = msg.photo
+    if photo is None or not photo.data:
+        return msg.content
+    url = f"data:{photo.media_type};base64,{base64.b64encode(photo.data).decode('ascii')}"
+    parts: list[dict[str, Any]] = [{"type": "text", "text": msg.content}] if msg.content else []
+    return [*parts, {"type": "image_url", "image_url": {"url": url}}]
+
+
 def to_openai(
     messages: Sequence[Message], tools: Sequence[ToolDefinition]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -131,7 +143,7 @@ def to_openai(
         if msg.role is Role.SYSTEM:
             wire.append({"role": "system", "content": msg.content})
         elif msg.role is Role.USER:
-            wire.append({"role": "user", "content": msg.content})
+            wire.append({"role": "user", "content": _user_content(msg)})
         elif msg.role is Role.ASSISTANT:
             out: dict[str, Any] = {"role": "assistant", "content": msg.content}
             if msg.tool_calls:
