@@ -13,7 +13,7 @@ from thespian.actors import ActorAddress, ActorExitRequest, WatchMessage
 from actors.bridge import AsyncBridge
 from actors.messages import JobAnswer, PhotoBytes, TurnClosed, Wire
 from actors.wired import WiredActor
-from shelldon.broker.photos import PhotoShelf
+from shelldon.broker.photos import PhotoShelf, return_big_buffers
 from shelldon.config import PhotosSettings
 from shelldon.contracts import Job, JobFailed, Usage
 
@@ -40,6 +40,8 @@ class BrokerActor(WiredActor):
             return
         self.brain = (msg.settings.brain.provider, msg.settings.brain.model)
         self.photos.max_bytes = 2 * msg.settings.photos.max_bytes
+        if msg.settings.photos.enabled(msg.settings.brain.provider):
+            return_big_buffers()  # process-wide: the transport's download is in this process
         self.bridge = AsyncBridge("broker")
         self.watch(self.bridge.fileno())
         from shelldon.secrets import SecretMissingError

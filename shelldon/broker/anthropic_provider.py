@@ -13,7 +13,6 @@ deadline: ``call_with_retries`` owns both. Every SDK exception is translated in
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import time
 from collections.abc import Sequence
@@ -150,12 +149,11 @@ def _text_blocks(text: str) -> list[dict[str, Any]]:
 
 
 def _image_blocks(msg: Message) -> list[dict[str, Any]]:
-    # Base64 here, at the wire, and only for a photo whose bytes the broker attached.
+    # Only a photo the broker attached (in base64, as the API takes it) is an image here.
     photo = msg.photo
-    if photo is None or not photo.data:
+    if photo is None or not photo.base64:
         return []
-    data = base64.b64encode(photo.data).decode("ascii")
-    source = {"type": "base64", "media_type": photo.media_type, "data": data}
+    source = {"type": "base64", "media_type": photo.media_type, "data": photo.base64}
     return [{"type": "image", "source": source}]
 
 

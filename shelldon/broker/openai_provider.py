@@ -17,7 +17,6 @@ A provider without a key sends no ``Authorization`` header (llama.cpp, Ollama).
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import time
 import uuid
@@ -125,11 +124,11 @@ def parse_arguments(raw: object) -> tuple[dict[str, Any], str]:
 
 def _user_content(msg: Message) -> str | list[dict[str, Any]]:
     """A user message's content: its text, or text and image parts when the broker attached
-    a photo's bytes (base64 here, at the wire, and nowhere else)."""
+    a photo (in base64, as the API takes it)."""
     photo = msg.photo
-    if photo is None or not photo.data:
+    if photo is None or not photo.base64:
         return msg.content
-    url = f"data:{photo.media_type};base64,{base64.b64encode(photo.data).decode('ascii')}"
+    url = f"data:{photo.media_type};base64,{photo.base64}"
     parts: list[dict[str, Any]] = [{"type": "text", "text": msg.content}] if msg.content else []
     return [*parts, {"type": "image_url", "image_url": {"url": url}}]
 

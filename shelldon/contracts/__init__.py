@@ -112,15 +112,16 @@ class ToolResult:
 @dataclass(frozen=True, slots=True)
 class Photo:
     """An image the owner sent, as everything but the broker knows it: ``key`` names its
-    bytes, which only the broker holds (in memory, for the turn); ``data`` is empty everywhere
-    else and is filled by the broker alone, for the provider call, and never encoded back."""
+    bytes, which only the broker holds (in memory, for the turn); ``base64`` (the image as the
+    provider APIs take it) is empty everywhere else and is filled by the broker alone, for the
+    provider call, and never encoded back."""
 
     key: str
     media_type: str
     width: int
     height: int
     size: int
-    data: bytes = field(default=b"", repr=False)
+    base64: str = field(default="", repr=False)
 
 
 @contract("message")
