@@ -1,14 +1,16 @@
 """Memory of photo turns: PSS of the whole service while the owner sends photos.
 
     .venv/bin/python tests/bench/bench_photo.py [--provider openai|anthropic|all] [--turns N]
+        [--cap BYTES]
 
 Runs the real service (`shelldon run`, as `bench_turn.py` does) with the Telegram transport
 against the fake Bot API and the fake OpenAI-compatible or Anthropic server on loopback, with
 ``[photos] vision = "on"``. Each turn is a photo with a caption and, like bench_turn's, two
 FREE tool calls (three model calls, each carrying the image: the worst a turn does). Two
-weights: a typical Telegram photo (1280x960, ~250 KB) and an image file at the 5 MB cap (the
-most one turn may hold). Prints PSS of every process of the service idle, and its peak while
-the photo turns run (sampled every 5 ms from /proc/PID/smaps_rollup), and after them.
+weights: a typical Telegram photo (1280x960, ~250 KB) and an image file at the byte cap
+(``--cap``, default the 5 MB of ``[photos] max_bytes``: the most one turn may hold). Prints
+PSS of every process of the service idle, and its peak while the photo turns run (sampled
+every 5 ms from /proc/PID/smaps_rollup), and after them.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from tests.fakes.images import tiny_jpeg  # noqa: E402
 from tests.integration.runtime.harness import ThreadedFakeTelegram  # noqa: E402
 
 REPLY = "A grey picture, twice timed."
-WEIGHTS = (("photo ~250 KB", 250_000, "photo"), ("image file at the 5 MB cap", 4_990_000, "doc"))
+TYPICAL = ("photo ~250 KB", 250_000, "photo")
 
 
 def fake_brain(provider: str, turns: int) -> Any:
@@ -70,8 +72,9 @@ def send_photo(tg: ThreadedFakeTelegram, n: int, weight: int, kind: str) -> None
         time.sleep(0.001)
 
 
-def bench(provider: str, turns: int, gap_s: float) -> None:
-    fake = fake_brain(provider, 2 + turns * len(WEIGHTS))
+def bench(provider: str, turns: int, gap_s: float, cap: int) -> None:
+    weights = (TYPICAL, (f"image file at a {cap / 1e6:.1f} MB cap", cap - 10_000, "doc"))
+    fake = fake_brain(provider, 2 + turns * len(weights))
     tg = ThreadedFakeTelegram()
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
@@ -82,6 +85,7 @@ def bench(provider: str, turns: int, gap_s: float) -> None:
             "SHELLDON_BRAIN_PROVIDER": provider,
             "SHELLDON_BRAIN_BASE_URL": fake.base_url,
             "SHELLDON_PHOTOS_VISION": "on",
+            "SHELLDON_PHOTOS_MAX_BYTES": str(cap),
         }
         svc = RunningService(home, tg, env)
         try:
@@ -93,7 +97,7 @@ def bench(provider: str, turns: int, gap_s: float) -> None:
             time.sleep(1.0)
             idle = svc.pss_mb()
             print(f"provider={provider}: PSS of the service idle {idle:.1f} MB")
-            for label, weight, kind in WEIGHTS:
+            for label, weight, kind in weights:
                 peak = [0.0]
                 sampling = threading.Event()
 
@@ -126,10 +130,11 @@ def main() -> None:
     parser.add_argument("--provider", choices=["openai", "anthropic", "all"], default="all")
     parser.add_argument("--turns", type=int, default=10)
     parser.add_argument("--gap", type=float, default=0.6, help="seconds between turns")
+    parser.add_argument("--cap", type=int, default=5_000_000, help="[photos] max_bytes")
     args = parser.parse_args()
     providers = ["openai", "anthropic"] if args.provider == "all" else [args.provider]
     for provider in providers:
-        bench(provider, args.turns, args.gap)
+        bench(provider, args.turns, args.gap, args.cap)
 
 
 if __name__ == "__main__":
