@@ -40,7 +40,7 @@ class BrokerActor(WiredActor):
             return
         self.brain = (msg.settings.brain.provider, msg.settings.brain.model)
         self.photos.max_bytes = 2 * msg.settings.photos.max_bytes
-        if msg.settings.photos.enabled(msg.settings.brain.provider):
+        if msg.settings.photos.enabled(msg.settings.brain):
             return_big_buffers()  # process-wide: the transport's download is in this process
         self.bridge = AsyncBridge("broker")
         self.watch(self.bridge.fileno())

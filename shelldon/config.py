@@ -115,17 +115,19 @@ class SandboxSettings:
 class PhotosSettings:
     """Photos the owner sends: whether the model is shown them, and the caps on each one."""
 
-    # auto: on for provider "anthropic" (its current models all take images), off otherwise:
-    # an OpenAI-compatible model may or may not see, so that is the owner's word ("on").
+    # auto: on for Anthropic's own API (its current models all take images), off for every
+    # other server (GLM through base_url, OpenAI-compatible ones): whether that model sees
+    # is the owner's word ("on").
     vision: str = "auto"
     max_px: int = 1280  # the longest side of the Telegram size chosen (and of an image file)
     max_bytes: int = 5_000_000  # Anthropic's own per-image limit
     fetch_timeout_s: float = 20.0  # getFile and the download together
 
-    def enabled(self, provider: str) -> bool:
-        """Whether photos go to the model of ``provider`` (else: the text-only reply)."""
+    def enabled(self, brain: BrainSettings) -> bool:
+        """Whether photos go to ``brain``'s model (else: the text-only reply)."""
         if self.vision == "auto":
-            return provider == "anthropic"
+            anthropic_api = brain.base_url.rstrip("/") in ("", "https://api.anthropic.com")
+            return brain.provider == "anthropic" and anthropic_api
         return self.vision == "on"
 
 

@@ -59,7 +59,7 @@ class TelegramLink:
         photos = settings.photos
         self.photo_caps = (
             PhotoCaps(photos.max_px, photos.max_bytes, photos.fetch_timeout_s)
-            if photos.enabled(settings.brain.provider)
+            if photos.enabled(settings.brain)
             else None
         )
         self.rules = UpdateRules.of(settings.telegram.allowed_users, self.key, self.photo_caps)

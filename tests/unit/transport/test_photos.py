@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from shelldon.config import ConfigError, load_settings
 from shelldon.contracts import Photo
 from shelldon.transport.approvals import callback_key
 from shelldon.transport.photos import (
@@ -138,3 +139,38 @@ def test_history_keeps_a_short_placeholder_not_the_bytes() -> None:
     assert placeholder(photo) == "[photo 1280×960, 184 KB]"
     big = Photo("k", "image/png", 2000, 1000, 2_100_000)
     assert placeholder(big, "image file") == "[image file 2000×1000, 2.1 MB]"
+
+
+@pytest.mark.parametrize(
+    ("env", "sees"),
+    [
+        ({"SHELLDON_BRAIN_PROVIDER": "anthropic"}, True),
+        (
+            {
+                "SHELLDON_BRAIN_PROVIDER": "anthropic",
+                "SHELLDON_BRAIN_BASE_URL": "https://api.anthropic.com/",
+            },
+            True,
+        ),
+        # GLM through Z.ai's Anthropic-compatible endpoint: whether it sees is the owner's word.
+        (
+            {
+                "SHELLDON_BRAIN_PROVIDER": "anthropic",
+                "SHELLDON_BRAIN_BASE_URL": "https://api.z.ai/api/anthropic",
+            },
+            False,
+        ),
+        ({"SHELLDON_BRAIN_PROVIDER": "openai"}, False),
+        ({"SHELLDON_BRAIN_PROVIDER": "openai", "SHELLDON_PHOTOS_VISION": "on"}, True),
+        ({"SHELLDON_BRAIN_PROVIDER": "anthropic", "SHELLDON_PHOTOS_VISION": "off"}, False),
+        ({}, False),  # the scripted brain
+    ],
+)
+def test_vision_auto_is_on_only_for_anthropics_own_api(env: dict[str, str], sees: bool) -> None:
+    settings = load_settings(environ={"SHELLDON_HOME": "/nonexistent", **env})
+    assert settings.photos.enabled(settings.brain) is sees
+
+
+def test_a_vision_setting_that_is_no_mode_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match=r"photos.vision: 'yes' is not one of auto, on, off"):
+        load_settings(environ={"SHELLDON_HOME": "/nonexistent", "SHELLDON_PHOTOS_VISION": "yes"})
