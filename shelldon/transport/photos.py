@@ -113,14 +113,15 @@ def wanted_photo(
     # An animation (a GIF Telegram made a video of) carries a document too: not a photo.
     if "animation" in message or not isinstance(document, dict):
         return None
-    if document.get("mime_type") not in IMAGE_TYPES or not isinstance(document.get("file_id"), str):
+    mime, file_id = document.get("mime_type"), document.get("file_id")
+    if not isinstance(mime, str) or mime not in IMAGE_TYPES or not isinstance(file_id, str):
         return None
     return WantedPhoto(
         chat_id,
         user_id,
         update_id,
         caption,
-        document["file_id"],
+        file_id,
         "image file",
         size=_int(document.get("file_size")),
     )

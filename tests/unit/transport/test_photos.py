@@ -10,6 +10,8 @@ import struct
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shelldon.config import ConfigError, load_settings
 from shelldon.contracts import Photo
@@ -174,3 +176,42 @@ def test_vision_auto_is_on_only_for_anthropics_own_api(env: dict[str, str], sees
 def test_a_vision_setting_that_is_no_mode_is_refused_by_name() -> None:
     with pytest.raises(ConfigError, match=r"photos.vision: 'yes' is not one of auto, on, off"):
         load_settings(environ={"SHELLDON_HOME": "/nonexistent", "SHELLDON_PHOTOS_VISION": "yes"})
+
+
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+PHOTO_FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "photo": st.lists(
+            st.fixed_dictionaries(
+                {},
+                optional={k: JSONISH for k in ("file_id", "width", "height", "file_size")},
+            )
+            | JSONISH,
+            max_size=4,
+        )
+        | JSONISH,
+        "document": st.fixed_dictionaries(
+            {}, optional={k: JSONISH for k in ("file_id", "mime_type", "file_size")}
+        )
+        | JSONISH,
+        "caption": JSONISH,
+        "animation": JSONISH,
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(PHOTO_FIELDS)
+def test_no_shape_of_photo_or_document_makes_parsing_raise(fields: dict[str, Any]) -> None:
+    rules = UpdateRules.of([OWNER], callback_key("1:a"), CAPS)
+    parsed = parse_update(update(**fields), rules)
+    if isinstance(parsed, WantedPhoto):
+        assert isinstance(parsed.file_id, str) and isinstance(parsed.caption, str)
+        assert min(parsed.width, parsed.height, parsed.size) >= 0
