@@ -4,8 +4,9 @@
 download serves the bytes, as Telegram does. A served file can misbehave the ways a hostile or
 broken server would: ``path`` any string (a traversal), ``declared`` a Content-Length that
 lies, ``hang`` (headers, a few bytes, then nothing), ``endless`` (bytes until the client
-hangs up), ``gzip`` (a compressed body). ``downloads`` records every path asked for, and
-``streamed`` how many bytes an endless download got out before the client stopped it.
+hangs up), ``gzip`` (a compressed body), ``redirect`` (a 302 elsewhere). ``downloads``
+records every path asked for, and ``streamed`` how many bytes an endless download got out
+before the client stopped it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class ServedFile:
     hang: bool = False
     endless: bool = False
     gzip: bool = False
+    redirect: str = ""
 
 
 class FileServing:
@@ -85,6 +87,8 @@ class FileServing:
         served = next((f for f in self.files.values() if f.path == path), None)
         if served is None:
             return web.Response(status=404, text="Not Found")
+        if served.redirect:
+            return web.Response(status=302, headers={"Location": served.redirect})
         body = gzip_module.compress(served.content) if served.gzip else served.content
         response = web.StreamResponse()
         if served.gzip:

@@ -5,7 +5,8 @@ Attack inspiration: a getFile reply whose file_path climbs out of /file/bot<toke
 traversal puts the token in front of another URL); a server that declares a huge
 Content-Length, streams without end, or never finishes (memory and time exhaustion); a gzip
 body (a decompression bomb passes a byte cap in one chunk); an ELF that calls itself
-image/jpeg; a 20 MB document (Telegram's own getFile limit).
+image/jpeg; a 20 MB document (Telegram's own getFile limit); a redirect (the token would go
+along to wherever it points).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def test_a_real_jpeg_is_fetched_into_memory_with_its_true_type_and_size() -> Non
                 1280,
                 960,
             )
-            assert got.photo.size == len(JPEG) and got.photo.data == b""
+            assert got.photo.size == len(JPEG) and got.photo.base64 == ""
             assert tg.calls == ["getFile"] and tg.downloads == [path]
 
     run(scenario())
@@ -171,5 +172,17 @@ def test_an_image_file_wider_than_the_cap_is_refused_with_how_to_send_it() -> No
             got = await fetch(tg, wanted("f1", "image file"))
             assert isinstance(got, Refused)
             assert got.line.startswith("That image file is 4032×3024; I take images up to 1280 px")
+
+    run(scenario())
+
+
+def test_a_redirect_is_not_followed() -> None:
+    async def scenario() -> None:
+        async with FakeTelegram() as tg:
+            tg.serve_file("f1", JPEG, redirect=f"{tg.api_base}/file/bot{tg.token}/photos/x.jpg")
+            tg.serve_file("f2", JPEG, path="photos/x.jpg")
+            got = await fetch(tg, wanted())
+            assert isinstance(got, Refused) and "HTTP 302" in got.line
+            assert tg.downloads == ["photos/file_0.jpg"]
 
     run(scenario())
