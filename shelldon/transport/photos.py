@@ -98,17 +98,9 @@ def wanted_photo(
         size = pick_size(message["photo"], caps)
         if size is None:
             return None
-        return WantedPhoto(
-            chat_id,
-            user_id,
-            update_id,
-            caption,
-            size["file_id"],
-            "photo",
-            _int(size.get("width")),
-            _int(size.get("height")),
-            _int(size.get("file_size")),
-        )
+        width, height = _int(size.get("width")), _int(size.get("height"))
+        found = (size["file_id"], "photo", width, height, _int(size.get("file_size")))
+        return WantedPhoto(chat_id, user_id, update_id, caption, *found)
     document = message.get("document")
     # An animation (a GIF Telegram made a video of) carries a document too: not a photo.
     if "animation" in message or not isinstance(document, dict):
@@ -116,15 +108,8 @@ def wanted_photo(
     mime, file_id = document.get("mime_type"), document.get("file_id")
     if not isinstance(mime, str) or mime not in IMAGE_TYPES or not isinstance(file_id, str):
         return None
-    return WantedPhoto(
-        chat_id,
-        user_id,
-        update_id,
-        caption,
-        file_id,
-        "image file",
-        size=_int(document.get("file_size")),
-    )
+    declared = _int(document.get("file_size"))
+    return WantedPhoto(chat_id, user_id, update_id, caption, file_id, "image file", size=declared)
 
 
 def sniff(data: bytes) -> str:
@@ -211,10 +196,15 @@ def placeholder(photo: Photo, kind: str = "photo") -> str:
 
 
 def _resend_hint(kind: str) -> str:
-    return (
-        " Send it as a photo, not as a file, and Telegram makes it smaller."
-        if (kind == "image file")
-        else ""
+    return " Send it as a photo, not as a file, and Telegram makes it smaller." * (
+        kind == "image file"
+    )
+
+
+def _too_big(kind: str, caps: PhotoCaps, seen: int = 0) -> Refused:
+    size = amount(seen) if seen else f"over {amount(caps.max_bytes)}"
+    return Refused(
+        f"That {kind} is {size}; I take images up to {amount(caps.max_bytes)}." + _resend_hint(kind)
     )
 
 
@@ -223,9 +213,7 @@ def check_image(data: bytes, wanted: WantedPhoto, caps: PhotoCaps) -> Fetched | 
     caps; else why not."""
     kind = wanted.kind
     if len(data) > caps.max_bytes:
-        return Refused(
-            f"That {kind} is over {amount(caps.max_bytes)}, the most I take.{_resend_hint(kind)}"
-        )
+        return _too_big(kind, caps)
     media_type = sniff(data)
     size = dimensions(data, media_type) if media_type else None
     if size is None:
@@ -244,18 +232,13 @@ async def fetch_photo(api: BotApi, wanted: WantedPhoto, caps: PhotoCaps) -> Fetc
     then ``check_image``. A fatal Bot API error (a refused token) is raised for the poller."""
     kind = wanted.kind
     if wanted.size > caps.max_bytes:
-        return Refused(
-            f"That {kind} is {amount(wanted.size)}; I take images up to "
-            f"{amount(caps.max_bytes)}.{_resend_hint(kind)}"
-        )
+        return _too_big(kind, caps, wanted.size)
     try:
         async with asyncio.timeout(caps.fetch_timeout_s):
             path = await api.get_file(wanted.file_id)
             data = await api.download(path, caps.max_bytes, caps.fetch_timeout_s)
     except FileTooBig:
-        return Refused(
-            f"That {kind} is over {amount(caps.max_bytes)}, the most I take.{_resend_hint(kind)}"
-        )
+        return _too_big(kind, caps)
     except TimeoutError:
         return Refused(f"Telegram took too long to give me that {kind}. Try sending it again?")
     except TelegramError as exc:
