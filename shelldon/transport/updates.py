@@ -1,4 +1,5 @@
-"""Raw Telegram updates → ``InboundMessage``, ``Decision``, or a ``Rejected`` value.
+"""Raw Telegram updates → ``InboundMessage``, ``Decision``, ``WantedPhoto`` (an owner's image,
+to fetch before the handoff, where the model sees) or a ``Rejected`` value.
 
 ``parse_update`` never raises: malformed JSON shapes, unknown update kinds, missing fields and
 wrong types all become ``Rejected(reason)``. The owner gate is applied here first: a message or
@@ -38,7 +39,7 @@ class UpdateRules:
 class Rejected:
     """An update that starts nothing. ``callback_id`` is set for taps (they still get an
     answer, to stop the spinner); ``from_owner`` says whether the sender passed the gate;
-    ``notice`` is what the owner is told in chat ``chat_id`` (a photo: text only, for now)."""
+    ``notice`` is what the owner is told in chat ``chat_id`` (a voice note: text only)."""
 
     reason: str
     update_id: int | None = None
