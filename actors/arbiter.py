@@ -293,6 +293,7 @@ class ArbiterActor(WiredActor):
             history=recent_history(stored, settings.limits.history_chars),
             facts=tuple(store.conversation.facts()),
             source=begin.source,
+            photo=begin.photo,
         )
         self.send(self.peers["turn"], StartTurn(request))
         log.info("turn_started", turn_id=begin.turn_id, source=begin.source)

@@ -3,6 +3,7 @@ JobFailed. Provider calls run on an asyncio loop in a thread so this mailbox nev
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import time
 from typing import TYPE_CHECKING
@@ -11,8 +12,10 @@ import structlog
 from thespian.actors import ActorAddress, ActorExitRequest, WatchMessage
 
 from actors.bridge import AsyncBridge
-from actors.messages import JobAnswer, Wire
+from actors.messages import JobAnswer, PhotoBytes, TurnClosed, Wire
 from actors.wired import WiredActor
+from shelldon.broker.photos import PhotoShelf, return_big_buffers
+from shelldon.config import PhotosSettings
 from shelldon.contracts import Job, JobFailed, Usage
 
 if TYPE_CHECKING:
@@ -30,6 +33,8 @@ class BrokerActor(WiredActor):
         self.bridge: AsyncBridge | None = None
         self.load_kind = "unconfigured"
         self.load_error = ""
+        # Two photos at the cap: one in its turn, one queued behind it.
+        self.photos = PhotoShelf(2 * PhotosSettings().max_bytes)
 
     def wired(self, msg: Wire, *, first: bool) -> None:
         from shelldon.broker import load_fallback, load_provider
@@ -38,6 +43,9 @@ class BrokerActor(WiredActor):
         if not first:
             return
         brain = msg.settings.brain
+        self.photos.max_bytes = 2 * msg.settings.photos.max_bytes
+        if msg.settings.photos.enabled(brain):
+            return_big_buffers()  # process-wide: the transport's download is in this process
         self.bridge = AsyncBridge("broker")
         self.watch(self.bridge.fileno())
         from shelldon.secrets import SecretMissingError
@@ -74,7 +82,15 @@ class BrokerActor(WiredActor):
             failed = JobFailed(msg.turn_id, self.load_kind, self.load_error or "no provider")
             self.send(sender, JobAnswer(msg.turn_id, failed))
             return
-        self.bridge.submit(self.failover.answer(msg), (sender, msg.turn_id))
+        # The photo's bytes join the request here, at the provider's door, and nowhere else.
+        job = dataclasses.replace(msg, messages=self.photos.attach(msg.turn_id, msg.messages))
+        self.bridge.submit(self.failover.answer(job), (sender, msg.turn_id))
+
+    def receiveMsg_PhotoBytes(self, msg: PhotoBytes, sender: ActorAddress) -> None:
+        self.photos.put(msg.photo, msg.data)
+
+    def receiveMsg_TurnClosed(self, msg: TurnClosed, sender: ActorAddress) -> None:
+        self.photos.close(msg.turn_id)
 
     def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: ActorAddress) -> None:
         if self.bridge is None or self.bridge.fileno() not in msg.ready:

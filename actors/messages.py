@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 from shelldon.contracts import (
     Completion,
     JobFailed,
+    Photo,
     ProposeTool,
     RequestToolApproval,
     Result,
@@ -126,6 +127,22 @@ class JobAnswer:
     turn_id: str
     answer: Completion | JobFailed
     note: str = ""  # set when the fallback provider answered (``shelldon.broker.fallback``)
+
+
+@dataclass(frozen=True, slots=True)
+class PhotoBytes:
+    """Transport → broker: the bytes of a photo the owner sent, kept in the broker's memory
+    (never in sqlite, never in a worker) for the turn that names ``photo.key``."""
+
+    photo: Photo
+    data: bytes = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnClosed:
+    """Turn actor → broker: turn ``turn_id`` is over; what it held for it (a photo) goes."""
+
+    turn_id: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from actors.bridge import AsyncBridge
 from actors.messages import (
     Fatal,
     InboxChanged,
+    PhotoBytes,
     TransportPolling,
     Typing,
 )
@@ -59,8 +60,11 @@ class TelegramSide(TransportSide):
         from shelldon.transport.telegram_errors import TelegramError
 
         peers = self.actor.peers
-        for tag, _value, error in self.bridge.drain():
-            if tag == "inbox":
+        for tag, value, error in self.bridge.drain():
+            if tag == "photo":
+                # Before the InboxChanged of its message: the broker has the bytes first.
+                self.actor.send(peers["broker"], PhotoBytes(value.photo, value.data))
+            elif tag == "inbox":
                 self.actor.send(peers["arbiter"], InboxChanged())
             elif tag == "polling":
                 self.actor.send(peers["supervisor"], TransportPolling())

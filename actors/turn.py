@@ -19,6 +19,7 @@ from actors.messages import (
     Fatal,
     JobAnswer,
     StartTurn,
+    TurnClosed,
     TurnEnded,
     Typing,
     Wire,
@@ -333,4 +334,6 @@ class TurnActor(WiredActor):
         self._report(self.chat_id, self.source, result, self.note)
 
     def _report(self, chat_id: int, source: str, result: Result, note: str = "") -> None:
+        if "broker" in self.peers:  # the photos lent to the turn are dropped
+            self.send(self.peers["broker"], TurnClosed(result.turn_id))
         self.send(self.peers["arbiter"], TurnEnded(chat_id, result, source, note))

@@ -28,6 +28,7 @@ KEY_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 SANDBOX_MODES = ("required", "best-effort", "off")
 SANDBOX_FS_LAYERS = ("auto", "landlock", "userns", "none")
 SANDBOX_PIDNS = ("auto", "off")
+VISION_MODES = ("auto", "on", "off")
 RETIRED_SECTIONS = {
     "actors": "the [actors] section is gone: every actor runs in the service's one process "
     "(no base to choose, no admin port); delete the section",
@@ -135,6 +136,26 @@ class SandboxSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class PhotosSettings:
+    """Photos the owner sends: whether the model is shown them, and the caps on each one."""
+
+    # auto: on for Anthropic's own API (its current models all take images), off for every
+    # other server (GLM through base_url, OpenAI-compatible ones): whether that model sees
+    # is the owner's word ("on").
+    vision: str = "auto"
+    max_px: int = 1280  # the longest side of the Telegram size chosen (and of an image file)
+    max_bytes: int = 5_000_000  # Anthropic's own per-image limit
+    fetch_timeout_s: float = 20.0  # getFile and the download together
+
+    def enabled(self, brain: BrainSettings) -> bool:
+        """Whether photos go to ``brain``'s model (else: the text-only reply)."""
+        if self.vision == "auto":
+            anthropic_api = brain.base_url.rstrip("/") in ("", "https://api.anthropic.com")
+            return brain.provider == "anthropic" and anthropic_api
+        return self.vision == "on"
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """All of shelldon's settings, with the paths derived from ``home``."""
 
@@ -144,6 +165,7 @@ class Settings:
     brain: BrainSettings = field(default_factory=BrainSettings)
     limits: LimitsSettings = field(default_factory=LimitsSettings)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    photos: PhotosSettings = field(default_factory=PhotosSettings)
 
     @property
     def workspace(self) -> Path:
@@ -178,6 +200,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "brain": BrainSettings,
     "limits": LimitsSettings,
     "sandbox": SandboxSettings,
+    "photos": PhotosSettings,
 }
 
 _SUBSECTIONS: dict[str, type[Any]] = {"brain.fallback": FallbackSettings}
@@ -268,6 +291,10 @@ def _validate(s: Settings) -> None:
         raise ConfigError(
             "sandbox.pidns", f"{s.sandbox.pidns!r} is not one of {', '.join(SANDBOX_PIDNS)}"
         )
+    if s.photos.vision not in VISION_MODES:
+        raise ConfigError(
+            "photos.vision", f"{s.photos.vision!r} is not one of {', '.join(VISION_MODES)}"
+        )
     if s.sandbox.fs not in SANDBOX_FS_LAYERS:
         layers = ", ".join(SANDBOX_FS_LAYERS)
         raise ConfigError("sandbox.fs", f"{s.sandbox.fs!r} is not one of {layers}")
@@ -298,6 +325,9 @@ def _validate(s: Settings) -> None:
         "sandbox.pids_max": s.sandbox.pids_max,
         "sandbox.turns_memory_max_mb": s.sandbox.turns_memory_max_mb,
         "sandbox.turns_pids_max": s.sandbox.turns_pids_max,
+        "photos.max_px": s.photos.max_px,
+        "photos.max_bytes": s.photos.max_bytes,
+        "photos.fetch_timeout_s": s.photos.fetch_timeout_s,
     }
     for key, value in positives.items():
         if value <= 0:

@@ -155,6 +155,15 @@ def _text_blocks(text: str) -> list[dict[str, Any]]:
     return [{"type": "text", "text": text}] if text.strip() else []
 
 
+def _image_blocks(msg: Message) -> list[dict[str, Any]]:
+    # Only a photo the broker attached (in base64, as the API takes it) is an image here.
+    photo = msg.photo
+    if photo is None or not photo.base64:
+        return []
+    source = {"type": "base64", "media_type": photo.media_type, "data": photo.base64}
+    return [{"type": "image", "source": source}]
+
+
 def as_plain_text(msg: Message) -> Message:
     """A tool call or tool result retold as plain text, for a request without tools."""
     if msg.role is Role.TOOL:
@@ -191,7 +200,7 @@ def to_anthropic(
             if msg.content.strip():
                 system.append(msg.content)
         elif msg.role is Role.USER:
-            add("user", _text_blocks(msg.content))
+            add("user", _image_blocks(msg) + _text_blocks(msg.content))
         elif msg.role is Role.ASSISTANT:
             blocks = _text_blocks(msg.content.rstrip())
             blocks += [

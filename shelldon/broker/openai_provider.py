@@ -122,6 +122,17 @@ def parse_arguments(raw: object) -> tuple[dict[str, Any], str]:
     return value, ""
 
 
+def _user_content(msg: Message) -> str | list[dict[str, Any]]:
+    """A user message's content: its text, or text and image parts when the broker attached
+    a photo (in base64, as the API takes it)."""
+    photo = msg.photo
+    if photo is None or not photo.base64:
+        return msg.content
+    url = f"data:{photo.media_type};base64,{photo.base64}"
+    parts: list[dict[str, Any]] = [{"type": "text", "text": msg.content}] if msg.content else []
+    return [*parts, {"type": "image_url", "image_url": {"url": url}}]
+
+
 def to_openai(
     messages: Sequence[Message], tools: Sequence[ToolDefinition]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -131,7 +142,7 @@ def to_openai(
         if msg.role is Role.SYSTEM:
             wire.append({"role": "system", "content": msg.content})
         elif msg.role is Role.USER:
-            wire.append({"role": "user", "content": msg.content})
+            wire.append({"role": "user", "content": _user_content(msg)})
         elif msg.role is Role.ASSISTANT:
             out: dict[str, Any] = {"role": "assistant", "content": msg.content}
             if msg.tool_calls:

@@ -36,6 +36,7 @@ __all__ = [
     "JobFailed",
     "Message",
     "Op",
+    "Photo",
     "ProposeTool",
     "RequestToolApproval",
     "Remember",
@@ -107,17 +108,35 @@ class ToolResult:
     content: str
 
 
+@contract("photo")
+@dataclass(frozen=True, slots=True)
+class Photo:
+    """An image the owner sent, as everything but the broker knows it: ``key`` names its
+    bytes, which only the broker holds (in memory, for the turn); ``base64`` (the image as the
+    provider APIs take it) is empty everywhere else and is filled by the broker alone, for the
+    provider call, and never encoded back."""
+
+    key: str
+    media_type: str
+    width: int
+    height: int
+    size: int
+    base64: str = field(default="", repr=False)
+
+
 @contract("message")
 @dataclass(frozen=True, slots=True)
 class Message:
     """One conversation message. An assistant message may carry tool calls; a TOOL message
-    answers one of them by ``tool_call_id`` (``is_error`` when the result was not ok)."""
+    answers one of them by ``tool_call_id`` (``is_error`` when the result was not ok); an
+    owner's message may carry a ``photo``."""
 
     role: Role
     content: str
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str = ""
     is_error: bool = False
+    photo: Photo | None = None
 
     @classmethod
     def from_result(cls, result: ToolResult) -> Message:
@@ -243,6 +262,7 @@ class TurnRequest:
     history: tuple[Message, ...] = ()
     facts: tuple[str, ...] = ()
     source: str = "owner"
+    photo: Photo | None = None
 
 
 @contract("assignment")
@@ -285,12 +305,14 @@ class Result:
 @contract("inbound_message")
 @dataclass(frozen=True, slots=True)
 class InboundMessage:
-    """A chat message from a transport; ``update_id`` is the transport's id for dedup (0: none)."""
+    """A chat message from a transport; ``update_id`` is the transport's id for dedup (0: none);
+    ``photo`` when the owner sent an image (its bytes are never in here)."""
 
     chat_id: int
     user_id: int
     text: str
     update_id: int = 0
+    photo: Photo | None = None
 
 
 @contract("decision")

@@ -233,6 +233,26 @@ def _checkers_for(cls: type[Any]) -> dict[str, Callable[[Any, str], Any]]:
     return checkers
 
 
+_DEFAULTS: dict[type[Any], dict[str, Any]] = {}
+
+
+def _defaults_for(cls: type[Any]) -> dict[str, Any]:
+    """The wire form of each field's default (only immutable scalars and empty tuples)."""
+    defaults = _DEFAULTS.get(cls)
+    if defaults is None:
+        defaults = {}
+        for f in dataclasses.fields(cls):
+            value = f.default
+            if value is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+                continue  # a nested contract (Usage): required on the wire, as before
+            if value is not dataclasses.MISSING and (value is None or type(value) in _PLAIN):
+                defaults[f.name] = value
+            elif value == ():
+                defaults[f.name] = []
+        _DEFAULTS[cls] = defaults
+    return defaults
+
+
 def _from_ext(code: int, body: bytes) -> Any:
     if code != _EXT_CONTRACT:
         raise ContractError(f"unknown msgpack extension code {code}")
@@ -246,6 +266,9 @@ def _from_ext(code: int, body: bytes) -> Any:
     if not isinstance(fields, dict):
         raise ContractError(f"{tag}: fields must be a map, got {type(fields).__name__}")
     checkers = _checkers_for(cls)
+    # A field added later with a default (``Message.photo``) may be absent from a blob an
+    # older version parked in sqlite: it takes the default, so an upgrade loses no approval.
+    fields = {**_defaults_for(cls), **fields}
     missing = sorted(set(checkers) - set(fields))
     extra = sorted(str(k) for k in set(fields) - set(checkers))
     if missing:

@@ -36,6 +36,7 @@ from shelldon.contracts import (
     Decision,
     InboundMessage,
     Op,
+    Photo,
     RequestToolApproval,
     Result,
     ResumeRequest,
@@ -155,7 +156,9 @@ class Arbiter:
             start, turn_id = plan.start.event, new_turn_id("t")
             assert isinstance(start, InboundMessage)  # plan_inbox starts only chat
             effects.append(fx.TakeRow(plan.start.item_id, turn_id))
-            effects.append(self._begin(turn_id, start.chat_id, start.text, "owner"))
+            effects.append(
+                self._begin(turn_id, start.chat_id, start.text, "owner", photo=start.photo)
+            )
         if self.busy is None:
             effects.extend(self._scheduled(view))
         if idle_chat is not None and self.busy is None:
@@ -244,10 +247,16 @@ class Arbiter:
         ]
 
     def _begin(
-        self, turn_id: str, chat_id: int, text: str, source: str, record: str = ""
+        self,
+        turn_id: str,
+        chat_id: int,
+        text: str,
+        source: str,
+        record: str = "",
+        photo: Photo | None = None,
     ) -> fx.BeginTurn:
         self.busy, self.busy_chat = turn_id, chat_id
-        return fx.BeginTurn(turn_id, chat_id, text, source, record)
+        return fx.BeginTurn(turn_id, chat_id, text, source, record, photo)
 
     def _scheduled(self, view: InboxView) -> list[fx.Effect]:
         effects: list[fx.Effect] = []

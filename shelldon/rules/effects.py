@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shelldon.contracts import Decision, Op, ProposeTool, ResumeRequest, ToolCall, ToolFailure
+from shelldon.contracts import (
+    Decision,
+    Op,
+    Photo,
+    ProposeTool,
+    ResumeRequest,
+    ToolCall,
+    ToolFailure,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,13 +137,15 @@ class SpendBudget:
 @dataclass(frozen=True, slots=True)
 class BeginTurn:
     """Start a fresh turn on ``text`` (``source`` "owner", "schedule" or "repair") and record
-    ``record`` in the conversation (the text itself when empty)."""
+    ``record`` in the conversation (the text itself when empty); ``photo`` is the owner's
+    image, by key (the text holds its placeholder)."""
 
     turn_id: str
     chat_id: int
     text: str
     source: str
     record: str = ""
+    photo: Photo | None = None
 
 
 @dataclass(frozen=True, slots=True)

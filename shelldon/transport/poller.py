@@ -23,6 +23,7 @@ import structlog
 
 from shelldon.contracts import Decision, InboundMessage
 from shelldon.rules.commands import OWNER_COMMANDS
+from shelldon.transport.photos import WantedPhoto
 from shelldon.transport.render import escape
 from shelldon.transport.telegram import BotApi, RetryPolicy, Sleep
 from shelldon.transport.telegram_errors import BadRequest, TelegramError
@@ -67,8 +68,9 @@ class OwnerPairing(Protocol):
         ...
 
 
-Handoff = Callable[[InboundMessage | Decision], Awaitable[str | None]]
-"""Stores an event durably and returns; for a Decision its result is the tap's notice text."""
+Handoff = Callable[[InboundMessage | Decision | WantedPhoto], Awaitable[str | None]]
+"""Stores an event durably and returns; for a Decision its result is the tap's notice text.
+A ``WantedPhoto`` is fetched first (bounded in bytes and time) and handed off as a message."""
 
 
 class Poller:

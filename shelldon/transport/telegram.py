@@ -23,6 +23,7 @@ from shelldon.transport.render import to_plain
 from shelldon.transport.telegram_errors import (
     FOREIGN_ERRORS,
     BadRequest,
+    FileTooBig,
     InvalidEndpoint,
     NetworkError,
     RetryAfter,
@@ -38,6 +39,19 @@ DEFAULT_API_BASE = "https://api.telegram.org"
 ALLOWED_UPDATES = ("message", "callback_query")
 
 _TOKEN_SHAPE = re.compile(r"^[0-9]{1,20}:[A-Za-z0-9_-]{1,200}$")
+# What getFile's file_path may be ("photos/file_12.jpg"): relative, no "..", no query, so a
+# hostile reply cannot point the download (which carries the token) anywhere else.
+_FILE_PATH = re.compile(
+    r"^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}(/[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}){0,3}$"
+)
+_CHUNK = 64 * 1024
+
+
+def plain_file_path(path: str) -> bool:
+    """Whether getFile's ``path`` is a plain relative one, safe to put after the token."""
+    return bool(_FILE_PATH.match(path)) and ".." not in path.split("/")
+
+
 _PARSE_ERROR = "can't parse entities"
 _NOT_MODIFIED = "message is not modified"
 
@@ -205,6 +219,59 @@ class BotApi:
 
     def _url(self, method: str) -> str:
         return f"{self._base}/bot{self._token}/{method}"
+
+    async def get_file(self, file_id: str) -> str:
+        """getFile: the ``file_path`` to download ``file_id`` from; a path that is not a plain
+        relative one (``..``, absolute, a query) is refused as a bad reply."""
+        result = await self.call("getFile", file_id=file_id)
+        path = result.get("file_path") if isinstance(result, dict) else None
+        if not isinstance(path, str) or not plain_file_path(path):
+            raise ServerError("getFile returned no usable file_path")
+        return path
+
+    async def download(self, file_path: str, max_bytes: int, timeout_s: float) -> bytes:
+        """The file at ``file_path`` (from ``get_file``), into memory only: at most
+        ``max_bytes`` (``FileTooBig`` as soon as more is declared or read), within
+        ``timeout_s``, not compressed, not redirected. Never retried: the caller decides."""
+        if not plain_file_path(file_path):
+            raise BadRequest("refused to download a file_path that is not plain")
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        failure: TelegramError | None = None
+        body = bytearray()
+        status, too_big, encoded = 0, 0, False
+        try:
+            # A compressed body could grow past any cap in one chunk: ask for none, take none.
+            request = self._http().get(
+                f"{self._base}/file/bot{self._token}/{file_path}",
+                timeout=timeout,
+                allow_redirects=False,
+                headers={"Accept-Encoding": "identity"},
+            )
+            async with request as response:
+                status = response.status
+                declared = response.content_length
+                encoded = response.headers.get("Content-Encoding", "identity") != "identity"
+                if status != 200 or encoded:
+                    body.clear()  # nothing read: the checks below say why
+                elif declared is not None and declared > max_bytes:
+                    too_big = declared
+                else:
+                    async for chunk in response.content.iter_chunked(_CHUNK):
+                        body += chunk
+                        if len(body) > max_bytes:  # stop at cap + 1: never read the rest
+                            too_big = len(body)
+                            break
+        except FOREIGN_ERRORS as exc:
+            failure = translate_error(exc, self._token)
+        if failure is not None:
+            raise failure
+        if too_big:
+            raise FileTooBig(too_big)
+        if status != 200:
+            raise BadRequest(f"the file download answered HTTP {status}")
+        if encoded:
+            raise BadRequest("the file download came compressed, which is refused")
+        return bytes(body)
 
     # ------------------------------------------------------------ methods
 

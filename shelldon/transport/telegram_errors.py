@@ -7,7 +7,8 @@ errors are translated in one place (``translate_error``), Bot API replies in ano
     ├── ServerError               5xx, or a reply that is not Bot API JSON: retried
     ├── RetryAfter(retry_after)   429 flood control: every call waits ``retry_after`` seconds
     ├── BadRequest(description)   400 (and other 4xx): the request is wrong; never retried
-    ├── Forbidden(description)    403: e.g. the owner blocked the bot; never retried
+    │   ├── Forbidden(description)    403: e.g. the owner blocked the bot; never retried
+    │   └── FileTooBig(size)          a file download past its cap (stopped at cap + 1 bytes)
     ├── Unauthorized              401/404: the bot token is wrong               (fatal, exit 78)
     ├── Conflict                  409: another instance polls, or a webhook is set (fatal, exit 75)
     └── InvalidEndpoint           telegram.api_base is not a usable URL          (fatal, exit 78)
@@ -72,6 +73,15 @@ class BadRequest(TelegramError):
 
 class Forbidden(BadRequest):
     """The bot may not act in that chat (403), e.g. the owner blocked it."""
+
+
+class FileTooBig(BadRequest):
+    """A file to download is over the caller's cap; ``size`` is what was seen (declared, or
+    read before the download was cut)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"the file is over the cap ({size} bytes seen)")
+        self.size = size
 
 
 class Unauthorized(TelegramError):

@@ -26,6 +26,7 @@ from shelldon.transport.approvals import (
 )
 from shelldon.transport.markdown import reply_html
 from shelldon.transport.outbox import Outbox
+from shelldon.transport.photos import PhotoCaps, Refused, WantedPhoto, fetch_photo, placeholder
 from shelldon.transport.poller import Poller
 from shelldon.transport.render import escape
 from shelldon.transport.telegram import BotApi
@@ -58,7 +59,13 @@ class TelegramLink:
             request_timeout_s=settings.telegram.poll_timeout_s + 15,
         )
         self.outbox = Outbox(self.api)
-        self.rules = UpdateRules.of(settings.telegram.allowed_users, self.key)
+        photos = settings.photos
+        self.photo_caps = (
+            PhotoCaps(photos.max_px, photos.max_bytes, photos.fetch_timeout_s)
+            if photos.enabled(settings.brain)
+            else None
+        )
+        self.rules = UpdateRules.of(settings.telegram.allowed_users, self.key, self.photo_caps)
         self._store: Store | None = None
         self.clock = time.time  # what pairing codes are timed by (tests move it)
 
@@ -69,10 +76,16 @@ class TelegramLink:
             self._store = Store(self.settings.database)
         return self._store
 
-    async def handoff(self, event: InboundMessage | Decision) -> str | None:
+    async def handoff(self, event: InboundMessage | Decision | WantedPhoto) -> str | None:
         """Durably store an inbound event in the inbox, then wake the actor. A tap on an
         older card of a turn that has asked again since decides nothing: its buttons (still
-        there when Telegram refused to edit them away) must not approve the newer call."""
+        there when Telegram refused to edit them away) must not approve the newer call. A
+        photo is fetched first; the inbox keeps only its placeholder and key."""
+        if isinstance(event, WantedPhoto):
+            taken = await self.take_photo(event)
+            if taken is None:
+                return None
+            event = taken
         if isinstance(event, Decision) and event.message_id:
             card = self.store.cards.get(event.turn_id)
             if card is not None and card.message_id != event.message_id:
@@ -83,6 +96,29 @@ class TelegramLink:
         if fresh:
             self.notifier.notify("inbox")
         return RECEIVED if isinstance(event, Decision) else None
+
+    async def take_photo(self, wanted: WantedPhoto) -> InboundMessage | None:
+        """Fetch the photo into memory and hand its bytes to the broker (through the actor);
+        the message keeps a placeholder in their place. A photo that cannot be taken gets one
+        line to the owner, and its caption (if any) goes on as a message of its own."""
+        assert self.photo_caps is not None  # parse_update makes a WantedPhoto only then
+        got = await fetch_photo(self.api, wanted, self.photo_caps)
+        if isinstance(got, Refused):
+            log.info("photo_refused", update_id=wanted.update_id, reason=got.line)
+            try:
+                await self.outbox.send_text(wanted.chat_id, escape(got.line))
+            except TelegramError as exc:
+                if exc.fatal:
+                    raise
+                log.info("telegram.notice_not_sent", error=str(exc))
+            if not wanted.caption.strip():
+                return None
+            return InboundMessage(wanted.chat_id, wanted.user_id, wanted.caption, wanted.update_id)
+        photo = got.photo
+        log.info("photo_taken", update_id=wanted.update_id, bytes=photo.size, type=photo.media_type)
+        self.notifier.notify("photo", got)
+        text = f"{placeholder(photo, wanted.kind)} {wanted.caption}".strip()
+        return InboundMessage(wanted.chat_id, wanted.user_id, text, wanted.update_id, photo)
 
     async def run(self) -> None:
         """Poll until cancelled; a fatal Bot API error (401, 409) is raised to the actor."""

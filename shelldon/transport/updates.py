@@ -1,4 +1,5 @@
-"""Raw Telegram updates → ``InboundMessage``, ``Decision``, or a ``Rejected`` value.
+"""Raw Telegram updates → ``InboundMessage``, ``Decision``, ``WantedPhoto`` (an owner's image,
+to fetch before the handoff, where the model sees) or a ``Rejected`` value.
 
 ``parse_update`` never raises: malformed JSON shapes, unknown update kinds, missing fields and
 wrong types all become ``Rejected(reason)``. The owner gate is applied here first: a message or
@@ -18,6 +19,7 @@ from shelldon.contracts import Decision, InboundMessage
 from shelldon.rules.commands import owners_of
 from shelldon.rules.pairing import clean_name
 from shelldon.transport.approvals import InvalidCallback, parse_callback_data
+from shelldon.transport.photos import PhotoCaps, WantedPhoto, wanted_photo
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,18 +28,21 @@ class UpdateRules:
 
     owners: frozenset[int]
     callback_key: bytes = field(repr=False)  # derived from the bot token: never in a log line
+    photos: PhotoCaps | None = None  # None: the model takes no images (the text-only reply)
 
     @classmethod
-    def of(cls, allowed_users: Iterable[int], callback_key: bytes) -> UpdateRules:
-        """Rules from the configured ``allowed_users``."""
-        return cls(owners_of(allowed_users, console=False), callback_key)
+    def of(
+        cls, allowed_users: Iterable[int], callback_key: bytes, photos: PhotoCaps | None = None
+    ) -> UpdateRules:
+        """Rules from the configured ``allowed_users`` (and photo caps, where the model sees)."""
+        return cls(owners_of(allowed_users, console=False), callback_key, photos)
 
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
     """An update that starts nothing. ``callback_id`` is set for taps (they still get an
     answer, to stop the spinner); ``from_owner`` says whether the sender passed the gate;
-    ``notice`` is what the owner is told in chat ``chat_id`` (a photo: text only, for now)."""
+    ``notice`` is what the owner is told in chat ``chat_id`` (a voice note: text only)."""
 
     reason: str
     update_id: int | None = None
@@ -90,7 +95,7 @@ class PairingRequest:
     username: str = ""
 
 
-Parsed = InboundMessage | Decision | Rejected | PairingRequest
+Parsed = InboundMessage | Decision | Rejected | PairingRequest | WantedPhoto
 
 
 # What sqlite's INTEGER (and msgpack's signed ints) can hold: every id the pet stores or
@@ -158,6 +163,10 @@ def _parse_message(update_id: int, message: dict[str, Any], rules: UpdateRules) 
     if chat_id is None:
         return Rejected("owner message outside a private chat", update_id, user_id)
     text = message.get("text")
+    if not isinstance(text, str) and rules.photos is not None:
+        wanted = wanted_photo(message, rules.photos, chat_id, user_id, update_id)
+        if wanted is not None:
+            return wanted
     if not isinstance(text, str) or not text.strip():
         kind = unreadable_kind(message) if not isinstance(text, str) else ""
         notice = text_only_notice(kind) if kind else ""

@@ -127,7 +127,7 @@ def build_messages(
     return (
         Message(Role.SYSTEM, system_prompt(request, settings, tools, catalogue)),
         *recent_history(request.history, settings.limits.history_chars),
-        Message(Role.USER, owner_text(request)),
+        Message(Role.USER, owner_text(request), photo=request.photo),
     )
 
 

@@ -112,7 +112,7 @@ class CannedServer:
         return canned.to_response()
 
     async def _setup(self) -> None:
-        app = web.Application()
+        app = web.Application(client_max_size=32 * 1024 * 1024)  # the real APIs take 32 MB bodies
         for route in self.routes:
             app.router.add_post(route, self._handle)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2)

@@ -17,6 +17,8 @@ Usage::
 
 from __future__ import annotations
 
+import base64
+import binascii
 import itertools
 import re
 from typing import Any
@@ -25,6 +27,12 @@ from tests.fakes.canned_server import Canned, CannedServer, ReceivedRequest
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+IMAGE_MAGIC = {
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/png": (b"\x89PNG",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),
+}
 _ids = itertools.count(1)
 
 
@@ -49,6 +57,11 @@ def _check_blocks(index: int, role: str, content: object) -> str | None:
             if not isinstance(block.get("text"), str) or not block["text"]:
                 return f"{at}: text content blocks must be non-empty"
             seen_other = True
+        elif kind == "image":
+            problem = _check_image(at, role, block.get("source"))
+            if problem:
+                return problem
+            seen_other = True
         elif kind == "tool_use":
             if role != "assistant":
                 return f"{at}: tool_use blocks are only allowed in assistant messages"
@@ -70,6 +83,34 @@ def _check_blocks(index: int, role: str, content: object) -> str | None:
         else:
             return f"{at}.type: unsupported block type {kind!r}"
     return None
+
+
+def _check_image(at: str, role: str, source: object) -> str | None:
+    """What the real API says of an image block it would refuse."""
+    if role != "user":
+        return f"{at}: image blocks are only allowed in user messages"
+    if not isinstance(source, dict) or source.get("type") != "base64":
+        return f"{at}.source.type: Input should be 'base64'"
+    media_type = source.get("media_type")
+    if media_type not in IMAGE_MAGIC:
+        return f"{at}.source.media_type: Input should be one of {', '.join(IMAGE_MAGIC)}"
+    try:
+        data = base64.b64decode(str(source.get("data", "")), validate=True)
+    except (binascii.Error, ValueError):
+        return f"{at}.source.data: invalid base64 data"
+    if not data.startswith(IMAGE_MAGIC[media_type]):
+        return f"{at}.source: Could not process image (not the {media_type} it claims)"
+    return None
+
+
+def images_in(body: object) -> list[bytes]:
+    """The decoded bytes of every image block in a request body, in order."""
+    found = []
+    messages = body.get("messages", []) if isinstance(body, dict) else []
+    for msg in messages:
+        for block in _blocks(msg.get("content"), "image"):
+            found.append(base64.b64decode(block["source"]["data"]))
+    return found
 
 
 def _blocks(content: object, kind: str) -> list[dict[str, Any]]:

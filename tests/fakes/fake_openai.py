@@ -12,14 +12,56 @@ malformed tool definitions. Canned answers are queued with ``reply_*``.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import itertools
 import json
+import re
 from typing import Any
 
 from tests.fakes.canned_server import Canned, CannedServer, ReceivedRequest
 
 _ids = itertools.count(1)
 ROLES = ("system", "developer", "user", "assistant", "tool")
+DATA_URL = re.compile(r"^data:image/(jpeg|png|webp|gif);base64,(.*)$", re.DOTALL)
+
+
+def _check_parts(i: int, role: str, parts: list[Any]) -> str | None:
+    """Why OpenAI would refuse a list of content parts (text, and image_url for a user)."""
+    for j, part in enumerate(parts):
+        at = f"messages[{i}].content[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            if not isinstance(part.get("text"), str):
+                return f"{at}.text: expected a string"
+        elif kind == "image_url":
+            if role != "user":
+                return f"{at}: image_url is only supported in user messages"
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else None
+            match = DATA_URL.match(url) if isinstance(url, str) else None
+            if match is None:
+                return f"{at}.image_url.url: Invalid image URL"
+            try:
+                base64.b64decode(match.group(2), validate=True)
+            except (binascii.Error, ValueError):
+                return f"{at}: Invalid image: the base64 data could not be decoded"
+        else:
+            return f"{at}.type: Invalid value {kind!r}"
+    return None
+
+
+def images_in(body: object) -> list[bytes]:
+    """The decoded bytes of every image part in a request body, in order."""
+    found = []
+    for msg in body.get("messages", []) if isinstance(body, dict) else []:
+        content = msg.get("content")
+        for part in content if isinstance(content, list) else []:
+            if isinstance(part, dict) and part.get("type") == "image_url":
+                match = DATA_URL.match(part["image_url"]["url"])
+                if match is not None:
+                    found.append(base64.b64decode(match.group(2)))
+    return found
 
 
 def error_body(message: str, kind: str = "invalid_request_error", code: str | None = None) -> Any:
@@ -107,6 +149,10 @@ def check_chat_request(body: object) -> str | None:
                 return f"messages[{i}].content: expected a string or null"
         elif not isinstance(msg.get("content"), str | list):
             return f"messages[{i}].content: expected a string"
+        if isinstance(msg.get("content"), list):
+            problem = _check_parts(i, role, msg["content"])
+            if problem:
+                return problem
     if pending:
         return (
             "An assistant message with 'tool_calls' must be followed by tool messages responding "

@@ -30,6 +30,8 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
+from tests.fakes.telegram_files import FileServing, ServedFile
+
 TEST_TOKEN = "123456:ABC-DEF1234ghIkl-zyx57W2v1u123ew11"
 BOT_USER = {"id": 42, "is_bot": True, "first_name": "shelldon", "username": "shelldon_bot"}
 
@@ -182,8 +184,9 @@ class Sent:
 
 
 @dataclass
-class FakeTelegram:
-    """The fake server and everything it saw; see the module docstring."""
+class FakeTelegram(FileServing):
+    """The fake server and everything it saw; see the module docstring (files: getFile and
+    downloads, ``tests.fakes.telegram_files``)."""
 
     token: str = TEST_TOKEN
     conflict_on_concurrent_polls: bool = False
@@ -199,6 +202,9 @@ class FakeTelegram:
     rejected: list[tuple[str, str]] = field(default_factory=list)
     drop_polls: int = 0
     api_base: str = ""
+    files: dict[str, ServedFile] = field(default_factory=dict)
+    downloads: list[str] = field(default_factory=list)
+    streamed: int = 0
     _failures: dict[str, deque[Failure]] = field(default_factory=dict)
     _messages: dict[tuple[int, int], Sent] = field(default_factory=dict)
     _open_callbacks: set[str] = field(default_factory=set)
@@ -218,6 +224,7 @@ class FakeTelegram:
         self._arrived = asyncio.Condition()
         app = web.Application(client_max_size=60 * 1024 * 1024)
         app.router.add_route("*", "/bot{token}/{method}", self._dispatch)
+        app.router.add_route("GET", "/file/bot{token}/{path:.*}", self._download)
         self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
