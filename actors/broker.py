@@ -68,7 +68,13 @@ class BrokerActor(WiredActor):
             make_fallback = None
             log.error("fallback_not_loaded", error=str(exc))
         fallback = (brain.fallback.provider, brain.fallback.model)
-        self.failover = Failover(main, (brain.provider, brain.model), make_fallback, fallback)
+        self.failover = Failover(
+            main,
+            (brain.provider, brain.model),
+            make_fallback,
+            fallback,
+            fallback_sees=msg.settings.photos.enabled(brain.fallback),
+        )
         log.info(
             "brain_ready",
             provider=brain.provider,

@@ -147,7 +147,7 @@ class PhotosSettings:
     max_bytes: int = 5_000_000  # Anthropic's own per-image limit
     fetch_timeout_s: float = 20.0  # getFile and the download together
 
-    def enabled(self, brain: BrainSettings) -> bool:
+    def enabled(self, brain: BrainSettings | FallbackSettings) -> bool:
         """Whether photos go to ``brain``'s model (else: the text-only reply)."""
         if self.vision == "auto":
             anthropic_api = brain.base_url.rstrip("/") in ("", "https://api.anthropic.com")

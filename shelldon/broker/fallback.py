@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from shelldon.broker.photos import without_photos
 from shelldon.broker.provider import MIN_ATTEMPT_S, Provider, ProviderError
 from shelldon.contracts import Completion, Job
 
@@ -76,8 +77,9 @@ class Failover:
     """The main provider, and the fallback for the rest of a turn the main failed.
 
     ``brain`` and ``fallback_brain`` are ``(provider, model)`` as configured; ``make_fallback``
-    builds the fallback at its first use (None: no fallback). Calls of one turn come one at a
-    time (the worker waits for each answer), so the switch needs no lock."""
+    builds the fallback at its first use (None: no fallback); ``fallback_sees``: whether its
+    model takes images (else a photo reaches it as its placeholder). Calls of one turn come one
+    at a time (the worker waits for each answer), so the switch needs no lock."""
 
     def __init__(
         self,
@@ -86,12 +88,15 @@ class Failover:
         make_fallback: Callable[[], Provider] | None = None,
         fallback_brain: tuple[str, str] = ("", ""),
         clock: Callable[[], float] = time.monotonic,
+        *,
+        fallback_sees: bool = False,
     ) -> None:
         self.main = main
         self.brain = brain
         self.make_fallback = make_fallback
         self.fallback_brain = fallback_brain
         self.fallback: Provider | None = None
+        self.fallback_sees = fallback_sees
         self.clock = clock
         self.switched: tuple[tuple[str, float], str] | None = None  # (turn run, why), the latest
 
@@ -136,8 +141,9 @@ class Failover:
         if self.fallback is None:
             assert self.make_fallback is not None
             self.fallback = self.make_fallback()
+        messages = job.messages if self.fallback_sees else without_photos(job.messages)
         completion = await self.fallback.complete_with_tools(
-            job.messages, job.tools, deadline=job.deadline
+            messages, job.tools, deadline=job.deadline
         )
         note = fallback_note(self.fallback_brain, self.brain[0], why)
         return Answered(completion, *self.fallback_brain, note)

@@ -49,6 +49,17 @@ GONE_NOTE = (
     "it again if you need to see it.)"
 )
 
+BLIND_NOTE = " (The model answering now cannot see images: only this description reached it.)"
+
+
+def without_photos(messages: Sequence[Message]) -> tuple[Message, ...]:
+    """``messages`` with each photo left as its placeholder text and ``BLIND_NOTE``, for a
+    model that takes no images (a fallback without vision)."""
+    return tuple(
+        dataclasses.replace(m, content=m.content + BLIND_NOTE, photo=None) if m.photo else m
+        for m in messages
+    )
+
 
 @dataclass(slots=True)
 class _Held:

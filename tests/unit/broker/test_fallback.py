@@ -11,7 +11,7 @@ import pytest
 
 from shelldon.broker.fallback import SWITCH_KINDS, Failover, fallback_note, switches
 from shelldon.broker.provider import KINDS, ProviderError
-from shelldon.contracts import Completion, Job, Message, Role, ToolDefinition, Usage
+from shelldon.contracts import Completion, Job, Message, Photo, Role, ToolDefinition, Usage
 
 MAIN = ("anthropic", "claude-x")
 SPARE = ("openai", "gpt-y")
@@ -137,3 +137,34 @@ def test_closing_closes_both_providers_once_built() -> None:
     asyncio.run(brain.answer(job()))
     asyncio.run(brain.aclose())
     assert main.closed and spare.closed
+
+
+class Seeing(Stub):
+    """A stub that keeps the messages it was asked with."""
+
+    def __init__(self, text: str, *errors: ProviderError) -> None:
+        super().__init__(text, *errors)
+        self.asked: list[Sequence[Message]] = []
+
+    async def complete_with_tools(
+        self, messages: Sequence[Message], tools: Sequence[ToolDefinition], *, deadline: float
+    ) -> Completion:
+        self.asked.append(messages)
+        return await super().complete_with_tools(messages, tools, deadline=deadline)
+
+
+@pytest.mark.parametrize("sees", [True, False])
+def test_a_photo_reaches_a_fallback_only_if_its_model_sees(sees: bool) -> None:
+    photo = Photo("k1", "image/jpeg", 640, 480, 1000, base64="/9j/AAAA")
+    turn = Job("t1", (Message(Role.USER, "[photo 640×480, 1 KB] what?", photo=photo),), (), 1e12)
+    main, spare = Seeing("main", ProviderError("overloaded", "busy")), Seeing("spare")
+    brain = Failover(main, MAIN, lambda: spare, SPARE, fallback_sees=sees)
+    assert asyncio.run(brain.answer(turn)).completion.text == "spare"
+    assert main.asked[0][0].photo == photo  # the main sees it either way
+    (sent,) = spare.asked[0]
+    if sees:
+        assert sent.photo == photo
+    else:
+        assert sent.photo is None
+        assert sent.content.startswith("[photo 640×480, 1 KB] what?")
+        assert "cannot see images" in sent.content
