@@ -13,7 +13,7 @@
    test called the tool's ``run``.
 
 ``start_gate`` returns a ``GateRun`` an actor can watch without blocking (``fd``, ``deadline``,
-``poll()``); ``run_gate`` waits for it. An interpreter without pytest is reported as such
+``poll()``); ``GateRun.wait`` waits for it. An interpreter without pytest is reported as such
 (``GateReport.unavailable``), never as a fault of the tool.
 """
 
@@ -245,7 +245,7 @@ class GateRun:
         self._started = time.monotonic()
         self.deadline = self._started + limits.timeout_s
         self._child: GateProcess | None = None
-        self._waiting: PendingGate | None = None
+        self._waiting: GateProcess | PendingGate | None = None
         self._private: Path | None = None
         self._report: GateReport | None = None
         self._unavailable = False
@@ -259,7 +259,7 @@ class GateRun:
     def fd(self) -> int | None:
         """What to watch: the pytest being started, then the read end of its combined-output
         pipe; None once closed / never opened."""
-        if self._waiting is not None:
+        if self._waiting is not None and not isinstance(self._waiting, GateProcess):
             return self._waiting.fileno()
         output = self._child.output if self._child is not None else None
         return output.fd if output is not None and not output.eof else None
@@ -269,15 +269,8 @@ class GateRun:
         self._private = private
         shutil.copyfile(PROBE_FILE, private / f"{PROBE_MODULE}.py")
         (private / "gate.ini").write_text("[pytest]\n", encoding="utf-8")
-        started = self._start(staging, private, self.name, self._limits)
-        if isinstance(started, GateProcess):
-            self._started_as(started)
-        else:
-            self._waiting = started
-
-    def _started_as(self, child: GateProcess) -> None:
-        self._child = child
-        log.info("gate_started", tool=self.name, pid=child.pid)
+        self._waiting = self._start(staging, private, self.name, self._limits)
+        self._arrived()
 
     def _cannot_start(self, why: object) -> None:
         self._static = StaticScan(
@@ -291,16 +284,15 @@ class GateRun:
         if waiting is None:
             return True
         try:
-            child = waiting.poll()
+            child = waiting if isinstance(waiting, GateProcess) else waiting.poll()
         except SpawnError as exc:
             self._waiting = None
             self._cannot_start(exc)
             return True
-        if child is None:
-            return False
-        self._waiting = None
-        self._started_as(child)
-        return True
+        if child is not None:
+            self._waiting, self._child = None, child
+            log.info("gate_started", tool=self.name, pid=child.pid)
+        return child is not None
 
     def _stop(self) -> None:
         """Kill pytest's cgroup and group, reap it, and read what it wrote before it died."""
@@ -499,8 +491,3 @@ def start_gate(
     except (OSError, SpawnError) as exc:
         run._cannot_start(exc)
     return run
-
-
-def run_gate(staging: Path, name: str, limits: GateLimits) -> GateReport:
-    """Gate the staged pair ``name`` and wait for the verdict."""
-    return start_gate(staging, name, limits).wait()
