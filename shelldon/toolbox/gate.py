@@ -12,9 +12,8 @@
    (``shelldon.toolbox.gate_probe``, copied into the run) counts outcomes and whether a passing
    test called the tool's ``run``.
 
-``start_gate`` returns a ``GateRun`` an actor can watch without blocking (``fd``, ``deadline``,
-``poll()``); ``GateRun.wait`` waits for it. An interpreter without pytest is reported as such
-(``GateReport.unavailable``), never as a fault of the tool.
+``start_gate`` returns a ``GateRun`` an actor watches without blocking (``fd``, ``poll()``);
+``wait`` waits. No pytest here is ``GateReport.unavailable``, never a fault of the tool.
 """
 
 from __future__ import annotations
@@ -141,6 +140,10 @@ def _signal_name(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
+KILLED_EXIT_S = 5.0
+"""How long a gate killed at its deadline may take to be reported gone before ``poll`` waits."""
+
+
 @runtime_checkable
 class GateProcess(Protocol):
     """A running gate pytest as ``GateRun`` watches it: a local ``Child``, or one the zygote
@@ -249,6 +252,7 @@ class GateRun:
         self._private: Path | None = None
         self._report: GateReport | None = None
         self._unavailable = False
+        self._timed_out = False
 
     @property
     def pid(self) -> int | None:
@@ -273,10 +277,8 @@ class GateRun:
         self._arrived()
 
     def _cannot_start(self, why: object) -> None:
-        self._static = StaticScan(
-            (f"pytest could not be started: {why}",), self._static.dynamic_imports
-        )
-        self._unavailable = True
+        findings = (f"pytest could not be started: {why}",)
+        self._static, self._unavailable = StaticScan(findings, self._static.dynamic_imports), True
 
     def _arrived(self) -> bool:
         """Whether the pytest being started is there (or could not be); never waits."""
@@ -318,11 +320,16 @@ class GateRun:
             return self._finish(None, timed_out=False, cancelled=False)
         if child.output is not None:
             child.output.drain()
-        exited = child.exited()
-        if not exited and time.monotonic() < self.deadline:
+        exited, now = child.exited(), time.monotonic()
+        if not exited and now < self.deadline:
+            return None
+        if not exited and now < self.deadline + KILLED_EXIT_S:
+            if not self._timed_out:  # its exit is awaited on later polls, not here
+                self._timed_out = True
+                child.kill()
             return None
         self._stop()
-        return self._finish(child.exit_code, timed_out=not exited, cancelled=False)
+        return self._finish(child.exit_code, self._timed_out or not exited, cancelled=False)
 
     def kill(self) -> GateReport:
         """Stop the gate now (kills pytest's whole process group); the report says cancelled."""

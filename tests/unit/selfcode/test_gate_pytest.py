@@ -327,3 +327,43 @@ def test_story_propose_gate_promote_call_quarantine_restore(
     assert discover(ctx) == []
     sc.restore("adder")
     assert [s.name for s in discover(ctx)] == ["adder"]
+
+
+class Unkillable:
+    """A gate process that outlives its kill (a stalled zygote has not reported it yet)."""
+
+    pid, output, exit_code = 4242, None, None
+
+    def __init__(self) -> None:
+        self.kills = 0
+
+    def exited(self) -> bool:
+        return self.exit_code is not None
+
+    def kill(self) -> None:
+        self.kills += 1
+
+    def reap(self, block: bool = False) -> int | None:
+        return self.exit_code
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_gate_past_its_time_is_killed_once_and_its_exit_awaited_without_waiting(
+    quick: Toolbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proc = Unkillable()
+    run = quick.start_gate(
+        quick.stage("slow", tool(), calling_test("slow", "pass")), lambda *a: proc
+    )
+    monkeypatch.setattr(run, "deadline", time.monotonic() - 0.01)
+    for _ in range(3):
+        started = time.monotonic()
+        assert run.poll() is None  # killed, not yet reported gone: no report, and no wait
+        assert time.monotonic() - started < 0.1
+    assert proc.kills == 1
+    proc.exit_code = -9  # the exit comes in
+    report = run.poll()
+    assert report is not None and not report.passed
+    assert any("longer than 3s" in f for f in report.findings)
