@@ -8,6 +8,7 @@ must stay within the design's budgets for the OpenAI-compatible provider, at 512
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import threading
@@ -16,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.system.rig import CGROUP, START_S, TURN_S, UNIT, Pet, cgroup_pids, sh
+from tests.system.rig import CGROUP, START_S, TURN_S, UNIT, Pet, cgroup_pids, journal, sh
+
+DROP_IN = Path("/run/systemd/system/shelldon.service.d/importtime.conf")
 
 STARTS = 3
 TURNS = 20
@@ -44,6 +47,58 @@ def figure(name: str, value: str) -> None:
     print(f"VM-FIGURE {os.uname().machine} {name}: {value}")
 
 
+def start_phases(cursor: str) -> str:
+    """Seconds from systemd starting the unit to each milestone of the start after ``cursor``:
+    the zygote forked (interpreter, imports, home, toolbox), the actors up, READY."""
+    stamps: dict[str, float] = {}
+    for line in journal("--after-cursor", cursor, "-o", "json"):
+        entry = json.loads(line)
+        at = int(entry["__REALTIME_TIMESTAMP"]) / 1e6
+        text = entry.get("MESSAGE", "")
+        if isinstance(text, str) and text.startswith("Starting"):
+            stamps.setdefault("start", at)
+        elif isinstance(text, str) and text.startswith("Started"):
+            stamps.setdefault("READY", at)
+        elif isinstance(text, str) and text.startswith("{"):
+            event = json.loads(text).get("event")
+            if event in ("zygote_started", "service_started", "service_polling"):
+                stamps.setdefault(event, at)
+    began = stamps.get("start", 0.0)
+    return ", ".join(f"{k} +{v - began:.1f}" for k, v in stamps.items() if k != "start")
+
+
+def cursor() -> str:
+    out = sh("journalctl", "-u", UNIT, "-n", "1", "--show-cursor", "-o", "cat").stdout
+    return out.rsplit("-- cursor: ", 1)[-1].strip()
+
+
+def import_profile(top: int = 30) -> list[str]:
+    """One start of the unit under ``python -X importtime`` (a runtime drop-in): the imports
+    before READY with the largest cumulative time, slowest first."""
+    DROP_IN.parent.mkdir(parents=True, exist_ok=True)
+    DROP_IN.write_text("[Service]\nEnvironment=PYTHONPROFILEIMPORTTIME=1\n")
+    try:
+        sh("systemctl", "daemon-reload")
+        sh("systemctl", "stop", UNIT, timeout=START_S)
+        mark = cursor()
+        sh("systemctl", "start", UNIT, timeout=START_S)
+        lines = [x for x in journal("--after-cursor", mark) if x.startswith("import time:")]
+    finally:
+        DROP_IN.unlink(missing_ok=True)
+        sh("systemctl", "daemon-reload")
+        sh("systemctl", "restart", UNIT, timeout=START_S)
+    rows = []
+    for line in lines:
+        self_us, cumulative_us, name = line.split(":", 1)[1].split("|", 2)
+        if self_us.strip().isdigit():  # not the header line
+            rows.append((int(cumulative_us), int(self_us), name[1:].rstrip()))
+    total = sum(c for c, _s, name in rows if not name.startswith(" "))
+    rows.sort(reverse=True)
+    return [f"all top-level imports {total / 1e6:.2f} s"] + [
+        f"{c / 1e3:7.0f} ms cumulative {s / 1e3:6.0f} ms self  {name}" for c, s, name in rows[:top]
+    ]
+
+
 def timed_turn(pet: Pet, i: int) -> float:
     """One turn with two FREE get_time calls; seconds from the update queued to the reply."""
     pet.brain.reply_tool_calls(("get_time", {}))
@@ -62,14 +117,20 @@ def timed_turn(pet: Pet, i: int) -> float:
 
 @pytest.mark.timeout(1200)
 def test_start_turn_and_memory_figures_within_budget(pet: Pet) -> None:
-    starts = []
+    starts, phases = [], []
     for _ in range(STARTS):
         sh("systemctl", "stop", UNIT, timeout=START_S)
+        mark = cursor()
         began = time.monotonic()
         sh("systemctl", "start", UNIT, timeout=START_S)  # Type=notify: returns at READY
         starts.append(time.monotonic() - began)
         pet.wait_ready()
+        phases.append(start_phases(mark))
     figure("systemctl start -> READY", " ".join(f"{s:.1f}" for s in starts) + " s")
+    figure("start phases (s after systemd started it)", " | ".join(phases))
+    for row in import_profile():
+        figure("import before READY (python -X importtime)", row)
+    pet.wait_ready()
 
     timed_turn(pet, -1)  # warm-up: the first turn after a start pays its imports
     time.sleep(3)  # let the next spare worker settle
