@@ -2,7 +2,7 @@
 # Run the system tests (tests/system) in the Debian bookworm VM, under real systemd, on the
 # product as deploy/install.sh installed it. On the host, as root:
 #
-#   tests/system/run-vm.sh [--arch arm64] [--pi] [--smoke] [--memory-off] [--rebuild]
+#   tests/system/run-vm.sh [--arch arm64] [--pi] [--smoke] [--memory-off] [--rebuild] [--tests PATH]
 #
 #   --arch arm64  the Pi's own architecture and memory: an arm64 image (tests/system/build-arm64.sh,
 #                 in $SHELLDON_VM_WORKDIR, default /var/tmp/shelldon-vm-arm64) booted with
@@ -14,13 +14,16 @@
 #   --memory-off  boot with 512 MB and cgroup_disable=memory, as a stock Raspberry Pi kernel
 #                 without cgroup_enable=memory, and run test_06_memory_off.py there
 #   --rebuild     build the image again even if it is there and current
+#   --tests PATH  run only these tests (a pytest path below tests/system, e.g. the figures of
+#                 test_07_figures.py)
 #
 # The image is built with ../shared/vm/build.sh (beside this repository; else /work/shared), or
-# build-arm64.sh, in $SHELLDON_VM_WORKDIR (default /var/tmp/shelldon-vm) when it is missing, when --rebuild, or when
-# it holds another commit than this checkout's HEAD: build.sh clones committed work only, and
-# the VM runs the tests from that clone, so commit first. Only the first build needs the network
-# (Debian packages and the package registries); the VM itself has none. Prints the wall-clock
-# time of the build, of boot + suite and of the suite alone; exits with the suite's status.
+# build-arm64.sh, in $SHELLDON_VM_WORKDIR (default /var/tmp/shelldon-vm) when it is missing,
+# when --rebuild, or when it holds another commit than this checkout's HEAD: the build clones
+# committed work only, and the VM runs the tests from that clone, so commit first. Only the
+# first build needs the network (Debian packages and the package registries); the VM itself has
+# none. Prints the wall-clock time of the build, of boot + suite and of the suite alone; exits
+# with the suite's status.
 set -euo pipefail
 
 PI=() MARK=() REBUILD=0 MEMORY_OFF=0 OFF="" TESTS=tests/system ARCH=x86_64
@@ -33,7 +36,8 @@ while [ $# -gt 0 ]; do
     --smoke) MARK=(-m smoke) ;;
     --memory-off) MEMORY_OFF=1 OFF=", memory off" TESTS=tests/system/test_06_memory_off.py ;;
     --rebuild) REBUILD=1 ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --tests) TESTS=${1:-}; shift || true ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run-vm.sh: unknown argument $arg" >&2; exit 2 ;;
   esac
 done
