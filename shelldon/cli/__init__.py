@@ -17,7 +17,6 @@ from shelldon.cli.backup import cmd_backup, cmd_restore
 from shelldon.cli.doctor import cmd_doctor
 from shelldon.cli.pair import cmd_pair
 from shelldon.cli.service import cmd_chat, cmd_demo, cmd_run
-from shelldon.cli.tools import cmd_tools
 from shelldon.config import ConfigError, default_home
 
 EXIT_STATUSES = (
@@ -77,6 +76,14 @@ def _command(
     return parser
 
 
+def _cmd_tools(args: argparse.Namespace) -> int:
+    # Imported when asked for: the toolbox's archive, importer and diff are no part of `run`'s
+    # path to READY (about 25 ms of imports on the dev box, several times that on a Pi).
+    from shelldon.cli.tools import cmd_tools
+
+    return cmd_tools(args)
+
+
 def _add_tools_parser(sub: Any, environ: Mapping[str, str]) -> None:
     tools = _command(
         sub,
@@ -117,7 +124,7 @@ def _add_tools_parser(sub: Any, environ: Mapping[str, str]) -> None:
     imp.add_argument("file", metavar="FILE", help="an archive made by 'shelldon tools export'")
     imp.add_argument("--yes", action="store_true", help="add every tool whose gate passes")
     imp.add_argument("--replace", action="store_true", help="replace live tools of the same name")
-    tools.set_defaults(func=cmd_tools)
+    tools.set_defaults(func=_cmd_tools)
 
 
 def _add_backup_parsers(sub: Any, environ: Mapping[str, str]) -> None:

@@ -174,6 +174,9 @@ def test_the_readme_still_has_these_recipes() -> None:
         assert " ".join(recipe.split()) in text, recipe
 
 
+LSM = Path("/sys/kernel/security/lsm")
+
+
 def test_shelldon_doctor_as_installed_exits_0_once_configured(pet: Pet) -> None:
     proc = sh(str(WRAPPER), "doctor", check=False, timeout=180)
     print(proc.stdout)
@@ -183,6 +186,11 @@ def test_shelldon_doctor_as_installed_exits_0_once_configured(pet: Pet) -> None:
     # the per-turn cgroup it reports is the running service's, not this shell's.
     assert re.search(r"^ok +gate +a sample tool passed .* in [0-9.]+ s$", proc.stdout, re.M)
     assert re.search(r"^ok +sandbox cgroup per turn .*shelldon\.service/turns", proc.stdout, re.M)
+    # The layers the kernel offers are the ones detected: seccomp, and Landlock where the LSM
+    # list has it, else (Raspberry Pi OS; run-vm.sh --pi and --arch arm64) the namespace layer.
+    layer = "landlock" if "landlock" in LSM.read_text().strip().split(",") else "userns"
+    assert re.search(rf"^ok +sandbox filesystem layer +{layer}$", proc.stdout, re.M), layer
+    assert re.search(r"^ok +sandbox seccomp +libseccomp found", proc.stdout, re.M)
     # Run as root, it left nothing in the pet's home that the service user cannot use.
     root_owned = sh("find", str(HOME), "-uid", "0").stdout.split()
     assert root_owned == [], root_owned
