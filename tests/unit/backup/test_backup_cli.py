@@ -376,6 +376,10 @@ def test_ctrl_c_at_a_restore_prompt_restores_nothing(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env={**env, "SHELLDON_HOME": str(home)},
+        # As at a terminal: a shell that ran the tests in the background (`./test &`) left
+        # SIGINT ignored in the xdist workers, and an ignored signal stays ignored across exec.
+        # (One call, no lock taken: safe in the fork of a threaded process.)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509
     )
     assert proc.stdout is not None
     seen = b""
