@@ -136,11 +136,6 @@ class BotApi:
             self._session = aiohttp.ClientSession()
         return self._session
 
-    async def _wait_for_flood_control(self) -> None:
-        delay = self._not_before - self._clock()
-        if delay > 0:
-            await self._sleep(delay)
-
     async def call(
         self,
         method: str,
@@ -158,7 +153,9 @@ class BotApi:
         params = {k: v for k, v in params.items() if v is not None}
         attempt = 0
         while True:
-            await self._wait_for_flood_control()
+            delay = self._not_before - self._clock()
+            if delay > 0:
+                await self._sleep(delay)
             try:
                 return await self._request(method, params, upload, timeout_s)
             except RetryAfter as exc:
@@ -221,8 +218,8 @@ class BotApi:
         return f"{self._base}/bot{self._token}/{method}"
 
     async def get_file(self, file_id: str) -> str:
-        """getFile: the ``file_path`` to download ``file_id`` from; a path that is not a plain
-        relative one (``..``, absolute, a query) is refused as a bad reply."""
+        """getFile: the ``file_path`` to download ``file_id`` from; one that is not plain
+        (``plain_file_path``) is refused as a bad reply."""
         result = await self.call("getFile", file_id=file_id)
         path = result.get("file_path") if isinstance(result, dict) else None
         if not isinstance(path, str) or not plain_file_path(path):
@@ -251,11 +248,10 @@ class BotApi:
                 status = response.status
                 declared = response.content_length
                 encoded = response.headers.get("Content-Encoding", "identity") != "identity"
-                if status != 200 or encoded:
-                    body.clear()  # nothing read: the checks below say why
-                elif declared is not None and declared > max_bytes:
+                readable = status == 200 and not encoded  # else nothing read: see below
+                if readable and declared is not None and declared > max_bytes:
                     too_big = declared
-                else:
+                elif readable:
                     async for chunk in response.content.iter_chunked(_CHUNK):
                         body += chunk
                         if len(body) > max_bytes:  # stop at cap + 1: never read the rest
@@ -275,29 +271,15 @@ class BotApi:
 
     # ------------------------------------------------------------ methods
 
-    async def get_me(self) -> dict[str, Any]:
-        """The bot's own user; a cheap start-up check of the token."""
-        result = await self.call("getMe")
-        if not isinstance(result, dict):
-            raise ServerError("getMe returned no user")
-        return result
-
-    async def get_updates(
-        self,
-        offset: int | None,
-        timeout_s: int,
-        *,
-        allowed_updates: Sequence[str] = ALLOWED_UPDATES,
-        limit: int = 100,
-    ) -> list[Any]:
+    async def get_updates(self, offset: int | None, timeout_s: int) -> list[Any]:
         """Long-poll for updates at or after ``offset`` (which confirms all before it)."""
         result = await self.call(
             "getUpdates",
             timeout_s=timeout_s + 15,
             offset=offset,
             timeout=timeout_s,
-            limit=limit,
-            allowed_updates=list(allowed_updates),
+            limit=100,
+            allowed_updates=list(ALLOWED_UPDATES),
         )
         if not isinstance(result, list):
             raise ServerError("getUpdates returned no list")
@@ -319,14 +301,19 @@ class BotApi:
             "reply_markup": reply_markup,
             "link_preview_options": {"is_disabled": True},
         }
+        return _message_id(await self._call_html("sendMessage", text, params))
+
+    async def _call_html(self, method: str, text: str, params: dict[str, Any]) -> Any:
+        """``method`` with HTML ``text``; if Telegram cannot parse it, once more as plain text."""
         try:
-            result = await self.call("sendMessage", text=text, parse_mode="HTML", **params)
+            return await self.call(method, text=text, parse_mode="HTML", **params)
         except BadRequest as exc:
             if _PARSE_ERROR not in exc.description:
                 raise
-            log.warning("telegram.html_refused_sent_plain", chat_id=chat_id, error=str(exc))
-            result = await self.call("sendMessage", text=to_plain(text), **params)
-        return _message_id(result)
+            log.warning(
+                "telegram.html_refused_sent_plain", chat_id=params["chat_id"], error=str(exc)
+            )
+            return await self.call(method, text=to_plain(text), **params)
 
     async def send_document(
         self, chat_id: int, filename: str, content: bytes, *, caption: str | None = None
@@ -349,13 +336,7 @@ class BotApi:
             "reply_markup": {"inline_keyboard": []},
         }
         try:
-            try:
-                await self.call("editMessageText", text=text, parse_mode="HTML", **params)
-            except BadRequest as exc:
-                if _PARSE_ERROR not in exc.description:
-                    raise
-                log.warning("telegram.html_refused_sent_plain", chat_id=chat_id, error=str(exc))
-                await self.call("editMessageText", text=to_plain(text), **params)
+            await self._call_html("editMessageText", text, params)
         except BadRequest as exc:
             # An edit to the text it already has (a retried decision) is already done.
             if _NOT_MODIFIED not in exc.description:

@@ -153,7 +153,7 @@ def test_refused_connection_is_a_network_error_without_the_token() -> None:
         )
         async with api:
             with structlog.testing.capture_logs() as logs, pytest.raises(NetworkError) as caught:
-                await api.get_me()
+                await api.call("getMe")
         assert FakeTelegram().token not in str(caught.value)
         assert FakeTelegram().token not in json.dumps(logs, default=str)
         assert len(clock.slept) == QUICK.attempts - 1
@@ -167,7 +167,7 @@ def test_wrong_token_is_fatal_with_one_clear_log_line_and_no_token() -> None:
     async def scenario() -> None:
         async with FakeTelegram() as tg, _api(tg, token=wrong) as api:
             with structlog.testing.capture_logs() as logs, pytest.raises(Unauthorized) as caught:
-                await api.get_me()
+                await api.call("getMe")
             assert caught.value.fatal and caught.value.exit_status == 78
             errors = [e for e in logs if e["log_level"] == "error"]
             assert [e["event"] for e in errors] == ["telegram.fatal"]
@@ -258,7 +258,7 @@ def test_network_error_carries_no_foreign_context_that_could_name_the_url() -> N
         )
         async with api:
             with pytest.raises(NetworkError) as caught:
-                await api.get_me()
+                await api.call("getMe")
         assert caught.value.__context__ is None and caught.value.__cause__ is None
         rendered = "".join(traceback.format_exception(caught.value))
         assert FakeTelegram().token not in rendered
