@@ -22,9 +22,6 @@ from shelldon.transport.telegram_errors import TelegramError
 
 log = structlog.get_logger(__name__)
 
-TYPING_REFRESH_S = 4.5
-"""Telegram shows a chat action for about five seconds; refresh it a little sooner."""
-
 
 class Outbox:
     """Sends texts, documents and edits one at a time, ``min_interval_s`` apart per chat."""
@@ -44,40 +41,33 @@ class Outbox:
         self._lock = asyncio.Lock()  # FIFO: chunks and replies leave in the order queued
         self._last_sent: dict[int, float] = {}
 
-    async def _pace(self, chat_id: int) -> None:
+    @contextlib.asynccontextmanager
+    async def _paced(self, chat_id: int) -> AsyncIterator[None]:
+        """Wait out ``min_interval_s`` since the chat's last send; a send in the block that
+        succeeds is the new last one."""
         last = self._last_sent.get(chat_id)
         if last is not None:
             wait = last + self._interval - self._clock()
             if wait > 0:
                 await self._sleep(wait)
-
-    def _sent(self, chat_id: int) -> None:
+        yield
         self._last_sent[chat_id] = self._clock()
 
-    async def send_text(
-        self, chat_id: int, text: str, *, reply_markup: Mapping[str, Any] | None = None
-    ) -> tuple[int, ...]:
-        """Send HTML ``text``, split into valid chunks; ``reply_markup`` rides the last chunk.
-
-        Returns the sent message ids; an empty text sends nothing (Telegram refuses it).
-        """
+    async def send_text(self, chat_id: int, text: str) -> tuple[int, ...]:
+        """Send HTML ``text``, split into valid chunks; returns the sent message ids. An empty
+        text sends nothing (Telegram refuses it)."""
         async with self._lock:
-            return await self._send_chunks(chat_id, text, reply_markup)
+            return await self._send_chunks(chat_id, text)
 
-    async def _send_chunks(
-        self, chat_id: int, text: str, reply_markup: Mapping[str, Any] | None = None
-    ) -> tuple[int, ...]:
+    async def _send_chunks(self, chat_id: int, text: str) -> tuple[int, ...]:
         """``send_text`` for a caller that holds the lock."""
         chunks = split_message(text)
         if not chunks:
             log.warning("telegram.empty_reply_not_sent", chat_id=chat_id)
-            return ()
         ids = []
-        for i, chunk in enumerate(chunks):
-            await self._pace(chat_id)
-            markup = reply_markup if i == len(chunks) - 1 else None
-            ids.append(await self._api.send_message(chat_id, chunk, reply_markup=markup))
-            self._sent(chat_id)
+        for chunk in chunks:
+            async with self._paced(chat_id):
+                ids.append(await self._api.send_message(chat_id, chunk))
         return tuple(ids)
 
     async def send_approval(
@@ -86,22 +76,15 @@ class Outbox:
         """Send an approval: its documents, then its text with the keyboard; returns that id."""
         async with self._lock:
             for document in view.documents:
-                await self._pace(chat_id)
-                await self._api.send_document(
-                    chat_id, document.filename, document.content, caption=document.caption or None
-                )
-                self._sent(chat_id)
-            await self._pace(chat_id)
-            message_id = await self._api.send_message(chat_id, view.text, reply_markup=reply_markup)
-            self._sent(chat_id)
-        return message_id
-
-    async def edit(self, chat_id: int, message_id: int, text: str) -> None:
-        """Replace a message's text (dropping its keyboard), e.g. once an approval is decided."""
-        async with self._lock:
-            await self._pace(chat_id)
-            await self._api.edit_message_text(chat_id, message_id, text)
-            self._sent(chat_id)
+                async with self._paced(chat_id):
+                    await self._api.send_document(
+                        chat_id,
+                        document.filename,
+                        document.content,
+                        caption=document.caption or None,
+                    )
+            async with self._paced(chat_id):
+                return await self._api.send_message(chat_id, view.text, reply_markup=reply_markup)
 
     async def close_card(
         self, chat_id: int, message_id: int, text: str | None, outcome: str | None
@@ -112,38 +95,17 @@ class Outbox:
         message over 48 hours old, or deleted). So an outcome is never only logged, and it
         reaches the chat before anything sent after it."""
         async with self._lock:
+            shown = False
             try:
-                await self._pace(chat_id)
-                if text is None:
-                    await self._api.edit_message_reply_markup(chat_id, message_id)
-                else:
-                    await self._api.edit_message_text(chat_id, message_id, text)
-                self._sent(chat_id)
-                shown = text is not None
+                async with self._paced(chat_id):
+                    if text is None:
+                        await self._api.edit_message_reply_markup(chat_id, message_id)
+                    else:
+                        await self._api.edit_message_text(chat_id, message_id, text)
+                        shown = True
             except TelegramError as exc:
                 if exc.fatal:
                     raise
                 log.warning("telegram.card_not_edited", chat_id=chat_id, error=str(exc))
-                shown = False
             if outcome is not None and not shown:
                 await self._send_chunks(chat_id, outcome)
-
-    @contextlib.asynccontextmanager
-    async def typing(self, chat_id: int) -> AsyncIterator[None]:
-        """Show "typing..." in the chat for as long as the block runs (a turn)."""
-        task = asyncio.create_task(self._keep_typing(chat_id))
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _keep_typing(self, chat_id: int) -> None:
-        while True:
-            try:
-                await self._api.send_chat_action(chat_id, "typing")
-            except TelegramError as exc:
-                # A missing typing hint is cosmetic; fatal errors surface on the next poll.
-                log.info("telegram.typing_failed", chat_id=chat_id, error=str(exc))
-            await asyncio.sleep(TYPING_REFRESH_S)

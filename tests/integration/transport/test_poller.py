@@ -125,7 +125,8 @@ def test_approval_round_trip_consumes_the_decision_once(stores) -> None:  # type
                 assert store.decisions() == [("turn-1", 1)]
                 assert tg.answers == [{"callback_query_id": first, "text": "Approved."}]
 
-                await rig.outbox.edit(OWNER, message_id, escape("✅ Approved — running it now."))
+                approved = escape("✅ Approved — running it now.")
+                await rig.outbox.close_card(OWNER, message_id, approved, None)
                 assert tg.message(OWNER, message_id).buttons() == []
 
                 # A second tap (a stale client still showing the keyboard) changes nothing.
@@ -151,7 +152,7 @@ def test_double_tap_in_one_batch_decides_once_and_answers_both(stores) -> None: 
         async with FakeTelegram() as tg:
             rig = Rig(tg, ledger, store)
             async with rig.api:
-                await rig.outbox.send_text(
+                await rig.api.send_message(
                     OWNER, "ok?", reply_markup=approval_keyboard("turn-2", rig.key)
                 )
                 sent = tg.sent[-1]
@@ -410,17 +411,6 @@ def test_a_429_burst_on_a_long_reply_loses_and_reorders_nothing(stores) -> None:
             rows = [line for s in tg.sent for line in s.visible.splitlines()]
             assert rows == reply.splitlines()
             assert sum(s for s in rig.clock.slept if s >= 2) >= 8
-
-    run(scenario())
-
-
-def test_typing_indicator_shows_while_a_turn_runs(stores) -> None:  # type: ignore[no-untyped-def]
-    async def scenario() -> None:
-        async with FakeTelegram() as tg:
-            rig = Rig(tg, *stores)
-            async with rig.api, rig.outbox.typing(OWNER):
-                await tg.wait_for(lambda: bool(tg.chat_actions))
-            assert tg.chat_actions[0] == {"chat_id": OWNER, "action": "typing"}
 
     run(scenario())
 
