@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 import structlog
@@ -84,7 +84,6 @@ class Poller:
         handoff: Handoff,
         *,
         poll_timeout_s: int = 30,  # Telegram long polls; >= 25 in production, short in tests
-        commands: Sequence[tuple[str, str]] = OWNER_COMMANDS,
         retry: RetryPolicy | None = None,
         sleep: Sleep = asyncio.sleep,
         on_polling: Callable[[], None] | None = None,
@@ -95,7 +94,6 @@ class Poller:
         self._ledger = ledger
         self._handoff = handoff
         self._poll_timeout_s = poll_timeout_s
-        self._commands = tuple(commands)
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
         self._offset: int | None = None
@@ -110,7 +108,7 @@ class Poller:
 
     async def start(self) -> None:
         """Register the owner's command menu."""
-        await self._api.set_my_commands(self._commands)
+        await self._api.set_my_commands(OWNER_COMMANDS)
 
     async def run(self) -> None:
         """Register commands, then poll until cancelled or a fatal error (which is raised).
