@@ -7,6 +7,7 @@ URLs; every error text is scrubbed there, and no log line names a URL.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import random
 import re
@@ -145,14 +146,11 @@ class BotApi:
         upload: tuple[str, Upload] | None = None,
         **params: Any,
     ) -> Any:
-        """Call ``method`` with ``params`` (None values dropped); return its ``result``.
-
-        5xx and network failures are retried with backoff and jitter, a 429 waits its
-        ``retry_after`` (and so does every other call meanwhile); other errors raise at once.
-        """
+        """``method``'s ``result`` for ``params`` (None values dropped). 5xx and network failures
+        are retried with backoff and jitter, a 429 waits its ``retry_after`` (and so does every
+        other call meanwhile); other errors raise at once."""
         params = {k: v for k, v in params.items() if v is not None}
-        attempt = 0
-        while True:
+        for attempt in itertools.count():
             delay = self._not_before - self._clock()
             if delay > 0:
                 await self._sleep(delay)
@@ -182,7 +180,6 @@ class BotApi:
                         exit_status=exc.exit_status,
                     )
                 raise
-            attempt += 1
 
     async def _request(
         self,
@@ -292,10 +289,7 @@ class BotApi:
         *,
         reply_markup: Mapping[str, Any] | None = None,
     ) -> int:
-        """Send HTML ``text``; if Telegram cannot parse it, resend once as plain text.
-
-        Returns the new message's id.
-        """
+        """Send HTML ``text`` (as plain text if Telegram cannot parse it); returns its id."""
         params: dict[str, Any] = {
             "chat_id": chat_id,
             "reply_markup": reply_markup,
