@@ -43,15 +43,12 @@ INVALID_BUTTON_NOTICE = "That button is not valid any more."
 
 
 class Ledger(Protocol):
-    """Durable record of the update ids already handed off (the lead's sqlite store)."""
+    """Durable record of the update ids already handed off (the lead's sqlite store); an id is
+    marked durably before it is confirmed to Telegram."""
 
-    def is_processed(self, update_id: int) -> bool:
-        """Whether ``update_id`` was already handed off and recorded."""
-        ...
+    def is_processed(self, update_id: int) -> bool: ...
 
-    def mark_processed(self, update_id: int) -> None:
-        """Record ``update_id`` as handed off (durably, before it is confirmed to Telegram)."""
-        ...
+    def mark_processed(self, update_id: int) -> None: ...
 
 
 class OwnerPairing(Protocol):
@@ -96,30 +93,23 @@ class Poller:
         self._poll_timeout_s = poll_timeout_s
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
-        self._offset: int | None = None
+        self.offset: int | None = None  # the next getUpdates offset: one past the last taken
         # Called once, after the first command registration attempt: the service is up (READY).
         self._on_polling = on_polling
         self._pairing = pairing
-
-    @property
-    def offset(self) -> int | None:
-        """The next getUpdates offset: one past the last update taken (None before any)."""
-        return self._offset
 
     async def start(self) -> None:
         """Register the owner's command menu."""
         await self._api.set_my_commands(OWNER_COMMANDS)
 
     async def run(self) -> None:
-        """Register commands, then poll until cancelled or a fatal error (which is raised).
+        """Register commands, then poll until cancelled or a fatal error (raised, already logged
+        as ``telegram.fatal``, for the caller to exit with its ``exit_status``).
 
-        Transient failures (network, 5xx, flood control past the client's retries) are logged
-        and waited out with growing backoff: the pet keeps polling through an outage, and
-        registers its commands once Telegram is reachable. A fatal ``TelegramError`` (already
-        logged once as ``telegram.fatal``) is raised for the caller to exit with its
-        ``exit_status``. An update that cannot be stored (the handoff or the ledger raises) or
-        that has no usable ``update_id`` is logged and dropped, and confirmed like any other:
-        one bad update never stops the pet, nor comes back at every restart.
+        Transient failures are logged and waited out with growing backoff, so the pet polls
+        through an outage and registers its commands once Telegram is reachable. An update that
+        cannot be stored, or has no usable ``update_id``, is logged, dropped and confirmed: one
+        bad update never stops the pet, nor comes back at every restart.
         """
         commands_pending = True
         failures = 0
@@ -156,7 +146,7 @@ class Poller:
 
     async def poll_once(self) -> int:
         """One getUpdates round: take every update it returns, in order; return how many."""
-        updates = await self._api.get_updates(self._offset, self._poll_timeout_s)
+        updates = await self._api.get_updates(self.offset, self._poll_timeout_s)
         if not self._rules.owners and self._pairing is not None:
             owners = await self._pairing.paired_owners()
             if owners:  # from now on, updates are read as the owner's or a stranger's
@@ -172,12 +162,12 @@ class Poller:
                     id_type=type(raw_id).__name__,
                     id_digits=len(str(raw_id)) if type(raw_id) is int else None,
                 )
-                self._offset = offset_past(self._offset, raw)
+                self.offset = offset_past(self.offset, raw)
                 continue
-            if self._offset is not None and update_id < self._offset:
+            if self.offset is not None and update_id < self.offset:
                 continue
             await self._take(update_id, raw)
-            self._offset = update_id + 1
+            self.offset = update_id + 1
         return len(updates)
 
     async def _take(self, update_id: int, raw: object) -> None:
