@@ -25,22 +25,10 @@ def utf16_len(text: str) -> int:
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
-def _drop_surrogates(text: str) -> str:
-    # A lone surrogate (from a \udXXX JSON escape) cannot be encoded: Telegram refuses it.
-    return text.encode("utf-8", "replace").decode("utf-8") if _has_surrogate(text) else text
-
-
-def _has_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
 def escape(text: str) -> str:
     """``text`` safe to put inside Telegram HTML: ``<``, ``>``, ``&`` become entities."""
-    return html.escape(_drop_surrogates(text), quote=False)
+    # A lone surrogate (from a \udXXX JSON escape) cannot be encoded: Telegram refuses it.
+    return html.escape(text.encode("utf-8", "replace").decode("utf-8"), quote=False)
 
 
 def pre(text: str) -> str:
@@ -89,15 +77,12 @@ def _apply(atom: str, stack: list[tuple[str, str]]) -> None:
 
 def _cut_text(text: str, room: int) -> tuple[str, str]:
     """Cut plain text so the head fits ``room`` UTF-16 units (the head may be empty)."""
-    cut = 0
     used = 0
-    for ch in text:
-        width = 2 if ord(ch) > 0xFFFF else 1
-        if used + width > room:
-            break
-        used += width
-        cut += 1
-    return text[:cut], text[cut:]
+    for cut, ch in enumerate(text):
+        used += 2 if ord(ch) > 0xFFFF else 1
+        if used > room:
+            return text[:cut], text[cut:]
+    return text, ""
 
 
 class _Chunker:
@@ -107,7 +92,7 @@ class _Chunker:
         self.limit = limit
         self.chunks: list[str] = []
         self.stack: list[tuple[str, str]] = []
-        self.parts: list[str] = []
+        self.parts: list[str] = [""]
         self.size = 0
         self.fresh = True  # no visible text in this chunk yet
         self.empty = True  # nothing at all after the reopened tags
@@ -188,7 +173,6 @@ def split_message(text: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
     no visible text are dropped, so an empty ``text`` yields no chunks.
     """
     chunker = _Chunker(limit)
-    chunker.parts = [""]
     line: list[str] = []
     for atom in _ATOM.findall(text):
         if atom == "\n":
