@@ -254,10 +254,9 @@ def misleading(label: str, url: str) -> bool:
     return False
 
 
-def inline_html(text: str) -> str:
-    """One line of Markdown as Telegram HTML (no block structure)."""
-    line = _scan(text)
-    return _inline(line, 0, len(text), frozenset(), False)
+def inline_html(text: str, inside: frozenset[str] = frozenset()) -> str:
+    """One line of Markdown as Telegram HTML (no block structure), inside the tags ``inside``."""
+    return _inline(_scan(text), 0, len(text), inside, False)
 
 
 def _fenced(lines: list[str], i: int) -> tuple[str, int]:
@@ -311,8 +310,7 @@ def _heading_inline(text: str) -> str:
     for strong in ("**", "__"):
         if len(text) > 4 and text.startswith(strong) and text.endswith(strong):
             text = text[2:-2]
-    line = _scan(text)
-    return _inline(line, 0, len(text), frozenset({"b"}), False)
+    return inline_html(text, frozenset({"b"}))
 
 
 def reply_html(text: str, markdown_chars: int) -> str:
