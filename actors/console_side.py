@@ -19,6 +19,7 @@ from actors.messages import (
     Wire,
 )
 from actors.transport_side import TransportSide
+from shelldon import replies
 from shelldon.contracts import Decision, InboundMessage, encode
 from shelldon.rules.commands import is_chat
 from shelldon.rules.effects import (
@@ -33,7 +34,6 @@ from shelldon.transport.console import (
     AskAgain,
     ConsoleSession,
     ask_again_text,
-    call_label,
     format_approval,
     format_gate,
     format_repair_offer,
@@ -195,7 +195,7 @@ class ConsoleSide(TransportSide):
         lines = [format_reply(msg.text).rstrip("\n")]
         if msg.call is not None:
             lines.append(format_approval(msg.call))
-            what = call_label(msg.call)
+            what = replies.describe_call(msg.call)
         else:
             lines.append(format_gate(msg.gate_summary))
             if msg.replaces:

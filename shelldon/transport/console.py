@@ -249,11 +249,6 @@ def format_approval(call: ToolCall) -> str:
     return for_terminal("\n".join(lines))
 
 
-def call_label(call: ToolCall) -> str:
-    """How a prompt names a RISKY call when it asks again: exactly what would run."""
-    return replies.describe_call(call)
-
-
 @dataclass(frozen=True, slots=True)
 class Reopened:
     """A decision an earlier session left open: its prompt, and what to print before it."""
@@ -287,7 +282,7 @@ def reopen_parked(store: Store, now: float) -> list[Reopened]:
                 # that something waits.
                 label, shown = parked.summary, format_reply(since + parked.summary)
             else:
-                label = call_label(op.call)
+                label = replies.describe_call(op.call)
                 question = approval_question(label)
                 shown = format_reply(since + question) + format_approval(op.call) + "\n"
             found.append(Reopened(Prompt(parked.turn_id, False, label), shown))
