@@ -69,18 +69,11 @@ UNREADABLE: tuple[tuple[str, str], ...] = (
     ("dice", "dice"),
     ("story", "story"),
 )
-"""Message contents the pet cannot read yet, by Bot API field, with the owner's word for each."""
+"""Message contents the pet cannot read yet, by Bot API field, with the owner's word for each
+(a service message, such as a pin, holds none of them and needs no answer)."""
 
-
-def text_only_notice(kind: str) -> str:
-    """What the owner is told when they send something that is not text."""
-    return f"I can only read text for now, so I can't take in that {kind}. Tell me in words?"
-
-
-def unreadable_kind(message: dict[str, Any]) -> str:
-    """The owner's word for what a message without text holds ("" for a service message,
-    such as a pin, which needs no answer)."""
-    return next((word for key, word in UNREADABLE if key in message), "")
+TEXT_ONLY = "I can only read text for now, so I can't take in that {}. Tell me in words?"
+"""What the owner is told when they send something that is not text."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +161,8 @@ def _parse_message(update_id: int, message: dict[str, Any], rules: UpdateRules) 
         if wanted is not None:
             return wanted
     if not isinstance(text, str) or not text.strip():
-        kind = unreadable_kind(message) if not isinstance(text, str) else ""
-        notice = text_only_notice(kind) if kind else ""
+        kind = "" if isinstance(text, str) else next((w for k, w in UNREADABLE if k in message), "")
+        notice = TEXT_ONLY.format(kind) if kind else ""
         reason = f"message has no text ({kind})" if kind else "message has no text"
         return Rejected(reason, update_id, user_id, from_owner=True, chat_id=chat_id, notice=notice)
     # JSON may carry lone surrogates ("\udcff"): not text, and not storable as UTF-8.
