@@ -98,11 +98,8 @@ class Outbox:
             shown = False
             try:
                 async with self._paced(chat_id):
-                    if text is None:
-                        await self._api.edit_message_reply_markup(chat_id, message_id)
-                    else:
-                        await self._api.edit_message_text(chat_id, message_id, text)
-                        shown = True
+                    await self._api.close_message(chat_id, message_id, text)
+                shown = text is not None
             except TelegramError as exc:
                 if exc.fatal:
                     raise

@@ -322,31 +322,21 @@ class BotApi:
         )
         return _message_id(result)
 
-    async def edit_message_text(self, chat_id: int, message_id: int, text: str) -> None:
-        """Replace a message's text with HTML ``text`` and drop its inline keyboard."""
+    async def close_message(self, chat_id: int, message_id: int, text: str | None) -> None:
+        """Drop a message's inline keyboard and, unless ``text`` is None, replace its text with
+        HTML ``text``."""
         params: dict[str, Any] = {
             "chat_id": chat_id,
             "message_id": message_id,
             "reply_markup": {"inline_keyboard": []},
         }
         try:
-            await self._call_html("editMessageText", text, params)
+            if text is None:
+                await self.call("editMessageReplyMarkup", **params)
+            else:
+                await self._call_html("editMessageText", text, params)
         except BadRequest as exc:
-            # An edit to the text it already has (a retried decision) is already done.
-            if _NOT_MODIFIED not in exc.description:
-                raise
-
-    async def edit_message_reply_markup(self, chat_id: int, message_id: int) -> None:
-        """Drop a message's inline keyboard, leaving its text as it is."""
-        try:
-            await self.call(
-                "editMessageReplyMarkup",
-                chat_id=chat_id,
-                message_id=message_id,
-                reply_markup={"inline_keyboard": []},
-            )
-        except BadRequest as exc:
-            # No keyboard left to drop (a retried decision) is already done.
+            # An edit it already has, or no keyboard left to drop (a retried decision), is done.
             if _NOT_MODIFIED not in exc.description:
                 raise
 

@@ -222,8 +222,8 @@ def test_edit_drops_the_keyboard_and_a_repeated_edit_is_harmless() -> None:
     async def scenario() -> None:
         async with FakeTelegram() as tg, _api(tg) as api:
             message_id = await api.send_message(OWNER, "approve?", reply_markup=keyboard)
-            await api.edit_message_text(OWNER, message_id, "<b>✅ Approved</b>")
-            await api.edit_message_text(OWNER, message_id, "<b>✅ Approved</b>")
+            await api.close_message(OWNER, message_id, "<b>✅ Approved</b>")
+            await api.close_message(OWNER, message_id, "<b>✅ Approved</b>")
             message = tg.message(OWNER, message_id)
             assert message.reply_markup is None and message.visible == "✅ Approved"
             assert len(tg.edits) == 1
