@@ -11,23 +11,12 @@ import select
 import time
 from typing import TYPE_CHECKING
 
-from actors.messages import (
-    CONSOLE_DONE,
-    CONSOLE_FAILED,
-    TOOL_REFUSED,
-    InboxChanged,
-    Wire,
-)
+from actors.messages import CONSOLE_DONE, CONSOLE_FAILED, TOOL_REFUSED, InboxChanged, Wire
 from actors.transport_side import TransportSide
 from shelldon import replies
 from shelldon.contracts import Decision, InboundMessage, encode
 from shelldon.rules.commands import is_chat
-from shelldon.rules.effects import (
-    AskOwner,
-    ExpireCard,
-    Say,
-    SettleTap,
-)
+from shelldon.rules.effects import AskOwner, ExpireCard, Say, SettleTap
 from shelldon.transport.console import (
     ASK,
     INDENT,
@@ -84,7 +73,7 @@ class ConsoleSide(TransportSide):
             else:
                 # A file or /dev/null as input: epoll refuses it, and reading never blocks, so
                 # take it all now (its end is the end of input).
-                while self.in_fd >= 0 and self._console_input():
+                while self._console_input():
                     pass
 
     def _reopen_parked(self) -> None:

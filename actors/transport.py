@@ -8,21 +8,11 @@ from __future__ import annotations
 from thespian.actors import ActorAddress, ActorExitRequest, WakeupMessage, WatchMessage
 
 from actors.console_side import ConsoleSide
-from actors.messages import (
-    TransportPolling,
-    Typing,
-    Wire,
-)
+from actors.messages import TransportPolling, Typing, Wire
 from actors.telegram_side import TelegramSide
 from actors.transport_side import TransportSide
 from actors.wired import WiredActor
-from shelldon.rules.effects import (
-    AskOwner,
-    ExpireCard,
-    NowIdle,
-    Say,
-    SettleTap,
-)
+from shelldon.rules.effects import AskOwner, ExpireCard, NowIdle, Say, SettleTap
 
 
 class TransportActor(WiredActor):
