@@ -1,10 +1,5 @@
-"""Photos the owner sends: which Telegram size to fetch, the fetch itself, and the check that
-the bytes really are an image.
-
-``wanted_photo`` (pure) finds the image in a message — a photo, or a document whose MIME type
-is JPEG, PNG, WebP or GIF — and picks the largest Telegram size within the caps.
-``fetch_photo`` gets it with getFile into memory only (bounded by bytes and by time) and
-returns a ``Photo`` with its bytes, or a ``Refused`` line to tell the owner. Nothing here
+"""Photos the owner sends: which Telegram size to fetch, the fetch itself (into memory,
+bounded by bytes and by time), and the check that the bytes really are an image. Nothing here
 writes a file; the bytes go from here to the broker and nowhere else.
 """
 
@@ -76,16 +71,17 @@ def pick_size(sizes: list[Any], caps: PhotoCaps) -> dict[str, Any] | None:
     usable = [s for s in sizes if isinstance(s, dict) and isinstance(s.get("file_id"), str)]
     if not usable:
         return None
-    area = [(_int(s.get("width")) * _int(s.get("height")), s) for s in usable]
     fits = [
-        (px, s)
-        for px, s in area
+        s
+        for s in usable
         if max(_int(s.get("width")), _int(s.get("height"))) <= caps.max_px
         and _int(s.get("file_size")) <= caps.max_bytes
     ]
-    if fits:
-        return max(fits, key=lambda pair: pair[0])[1]
-    return min(area, key=lambda pair: pair[0])[1]
+    return max(fits, key=_area) if fits else min(usable, key=_area)
+
+
+def _area(size: dict[str, Any]) -> int:
+    return _int(size.get("width")) * _int(size.get("height"))
 
 
 def wanted_photo(
