@@ -172,33 +172,33 @@ class Poller:
 
     async def _take(self, update_id: int, raw: object) -> None:
         parsed = parse_update(raw, self._rules)
-        told = False
+        notice, told = None, False
         try:
-            callback_id, notice, told = await self._store(update_id, parsed)
+            notice, told = await self._store(update_id, parsed)
         except Exception:
             # One update that cannot be stored must not stop the pet (unconfirmed, it would
             # come back at every restart and crash it again): log it, drop it, and go on; the
             # caller confirms it with the next offset.
             log.exception("telegram.update_not_stored", update_id=update_id)
-            callback_id, notice = _callback_id(parsed), None
-        await self._answer(callback_id, notice)
+        # Every tap is answered, a re-delivered one too: the crash may have come before that.
+        if isinstance(parsed, Decision | Rejected):
+            await self._answer(parsed.callback_id, notice)
         if told and isinstance(parsed, Rejected):
             await self._tell(parsed.chat_id, parsed.notice)
         elif told and isinstance(parsed, PairingRequest) and self._pairing is not None:
             await self._offer(parsed, self._pairing)
 
-    async def _store(self, update_id: int, parsed: Parsed) -> tuple[str, str | None, bool]:
-        """Hand ``parsed`` off and record ``update_id``; return the tap to answer and how, and
+    async def _store(self, update_id: int, parsed: Parsed) -> tuple[str | None, bool]:
+        """Hand ``parsed`` off and record ``update_id``; return what its tap is answered, and
         whether the sender is to be answered: the update's ``notice``, or a pairing code (once,
         not on a re-delivery)."""
         if self._ledger.is_processed(update_id):
             log.info("telegram.duplicate_update_skipped", update_id=update_id)
-            # The crash that re-delivered it may have come before the tap was answered.
-            return _callback_id(parsed), None, False
+            return None, False
         if isinstance(parsed, PairingRequest):
             log.info("telegram.pairing_request", update_id=update_id, user_id=parsed.user_id)
             self._ledger.mark_processed(update_id)
-            return "", None, True
+            return None, True
         if isinstance(parsed, Rejected):
             log.warning(
                 "telegram.update_dropped",
@@ -208,10 +208,10 @@ class Poller:
             )
             self._ledger.mark_processed(update_id)
             tap = INVALID_BUTTON_NOTICE if parsed.from_owner else None
-            return parsed.callback_id, tap, bool(parsed.notice and parsed.chat_id)
+            return tap, bool(parsed.notice and parsed.chat_id)
         notice = await self._handoff(parsed)
         self._ledger.mark_processed(update_id)
-        return _callback_id(parsed), notice if isinstance(parsed, Decision) else None, False
+        return (notice if isinstance(parsed, Decision) else None), False
 
     async def _tell(self, chat_id: int, notice: str) -> None:
         """Tell the owner why an update of theirs starts nothing (best effort: the update is
@@ -244,9 +244,3 @@ class Poller:
                 raise
             # An old or doubly answered query: the spinner is gone either way.
             log.info("telegram.answer_failed", error=str(exc))
-
-
-def _callback_id(parsed: Parsed) -> str:
-    if isinstance(parsed, Decision | Rejected):
-        return parsed.callback_id
-    return ""
