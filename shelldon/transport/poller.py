@@ -26,7 +26,7 @@ from shelldon.rules.commands import OWNER_COMMANDS
 from shelldon.transport.photos import WantedPhoto
 from shelldon.transport.render import escape
 from shelldon.transport.telegram import BotApi, RetryPolicy, Sleep
-from shelldon.transport.telegram_errors import BadRequest, TelegramError
+from shelldon.transport.telegram_errors import BadRequest, TelegramError, unless_fatal
 from shelldon.transport.updates import (
     PairingRequest,
     Parsed,
@@ -216,31 +216,22 @@ class Poller:
     async def _tell(self, chat_id: int, notice: str) -> None:
         """Tell the owner why an update of theirs starts nothing (best effort: the update is
         already confirmed, and a lost notice costs nothing but the courtesy)."""
-        try:
+        with unless_fatal("telegram.notice_not_sent"):
             await self._api.send_message(chat_id, escape(notice))
-        except TelegramError as exc:
-            if exc.fatal:
-                raise
-            log.info("telegram.notice_not_sent", error=str(exc))
 
     async def _offer(self, request: PairingRequest, pairing: OwnerPairing) -> None:
         """Answer a would-be owner (best effort, like ``_tell``: the update is confirmed)."""
         try:
-            await pairing.offer_code(request)
-        except TelegramError as exc:
-            if exc.fatal:
-                raise
-            log.info("telegram.pairing_code_not_sent", error=str(exc))
+            with unless_fatal("telegram.pairing_code_not_sent"):
+                await pairing.offer_code(request)
+        except TelegramError:
+            raise  # a fatal one: run() stops
         except Exception:
             log.exception("telegram.pairing_failed", user_id=request.user_id)
 
     async def _answer(self, callback_id: str, text: str | None) -> None:
         if not callback_id:
             return
-        try:
+        # An old or doubly answered query fails: the spinner is gone either way.
+        with unless_fatal("telegram.answer_failed"):
             await self._api.answer_callback_query(callback_id, text)
-        except TelegramError as exc:
-            if exc.fatal:
-                raise
-            # An old or doubly answered query: the spinner is gone either way.
-            log.info("telegram.answer_failed", error=str(exc))

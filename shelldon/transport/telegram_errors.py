@@ -20,11 +20,16 @@ line names a URL. The client logs a fatal error once (``telegram.fatal``); the c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import aiohttp
+import structlog
+
+log = structlog.get_logger(__name__)
 
 # A second line of defence for texts that never saw the exact token (foreign messages).
 _TOKEN_LIKE = re.compile(r"[0-9]{5,20}:[A-Za-z0-9_-]{20,}")
@@ -103,6 +108,18 @@ class InvalidEndpoint(TelegramError):
 
     fatal = True
     exit_status = 78
+
+
+@contextlib.contextmanager
+def unless_fatal(event: str) -> Iterator[None]:
+    """Log a non-fatal ``TelegramError`` raised in the block as ``event`` and go on: for a send
+    whose loss costs only a courtesy. A fatal one is raised, for the caller to stop."""
+    try:
+        yield
+    except TelegramError as exc:
+        if exc.fatal:
+            raise
+        log.info(event, error=str(exc))
 
 
 def _safe_text(exc: BaseException) -> str:

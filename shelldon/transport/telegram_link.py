@@ -30,7 +30,7 @@ from shelldon.transport.photos import PhotoCaps, Refused, WantedPhoto, fetch_pho
 from shelldon.transport.poller import Poller
 from shelldon.transport.render import escape
 from shelldon.transport.telegram import BotApi
-from shelldon.transport.telegram_errors import TelegramError
+from shelldon.transport.telegram_errors import TelegramError, unless_fatal
 from shelldon.transport.updates import PairingRequest, UpdateRules
 
 log = structlog.get_logger(__name__)
@@ -105,12 +105,8 @@ class TelegramLink:
         got = await fetch_photo(self.api, wanted, self.photo_caps)
         if isinstance(got, Refused):
             log.info("photo_refused", update_id=wanted.update_id, reason=got.line)
-            try:
+            with unless_fatal("telegram.notice_not_sent"):
                 await self.outbox.send_text(wanted.chat_id, escape(got.line))
-            except TelegramError as exc:
-                if exc.fatal:
-                    raise
-                log.info("telegram.notice_not_sent", error=str(exc))
             if not wanted.caption.strip():
                 return None
             return InboundMessage(wanted.chat_id, wanted.user_id, wanted.caption, wanted.update_id)
@@ -182,12 +178,8 @@ class TelegramLink:
         owners = owners_of(allowed_users_now(self.settings), console=False)
         for user_id in sorted(owners):
             log.warning("owner_paired", user_id=user_id)
-            try:
+            with unless_fatal("telegram.paired_notice_not_sent"):
                 await self.outbox.send_text(user_id, escape(pairing_rules.PAIRED_TEXT))
-            except TelegramError as exc:
-                if exc.fatal:
-                    raise
-                log.info("telegram.paired_notice_not_sent", error=str(exc))
         return owners
 
     async def reply(self, chat_id: int, text: str, markdown_chars: int = 0) -> None:
