@@ -1,16 +1,9 @@
 """What the owner sees and taps to decide: approval texts, the ✅/❌ keyboard, its callback data.
 
-A RISKY call's message shows the tool and exactly what will run (command, URL, path), with
-hidden characters marked and non-ASCII hosts spelled out (``card``); a promotion's shows the
-new tool's code, its test and the gate summary. Values too long for one message travel whole
-as documents sent before it, so the message that carries the keyboard always fits in one piece
-and can be edited when the owner decides.
-
-Once decided (or expired) a card keeps its text and gains the outcome (``decided_card``), so
-the chat still shows what was asked and what came of it.
-
+Values too long for one message travel whole as documents sent before it, so the message that
+carries the keyboard always fits in one piece and can be edited when the owner decides.
 Callback data is ``<a|d>:<turn id>:<mac>``, at most 64 bytes; the MAC (keyed by a secret the
-transport derives from the bot token) makes a forged or altered tap a ``InvalidCallback``.
+transport derives from the bot token) makes a forged or altered tap an ``InvalidCallback``.
 """
 
 from __future__ import annotations
@@ -187,12 +180,9 @@ def _argument_block(arg: ArgumentCard, taken: set[str]) -> tuple[str, Document |
 
 
 def render_risky_approval(call: ToolCall, summary: str = "") -> ApprovalView:
-    """The approval message for a parked RISKY call: the tool and exactly what it will do.
-
-    Every hidden character is marked and listed, every non-ASCII host is shown with the name
-    it resolves as, and a value too long for the card is attached whole as a document (with a
-    preview on the card): nothing the tool will get is left out of what the owner sees.
-    """
+    """The approval message for a parked RISKY call: the tool and exactly what it will do,
+    hidden characters and non-ASCII hosts spelled out, a value too long for the card attached
+    whole as a document: nothing the tool will get is left out of what the owner sees."""
     head = [f"🔐 {bold('Approve a RISKY call?')}", f"Tool: {code(reveal(call.name))}"]
     if summary:
         head.append(f"<i>{escape(reveal(summary[:_DESCRIPTION_CHARS]))}</i>")

@@ -1,10 +1,7 @@
-"""What an approval card says about a RISKY call, before it is drawn for Telegram or a terminal.
-
-One description for both transports, so they cannot drift apart: for each argument the exact
-text the tool will get, the same text with hidden characters marked (``visible.reveal``),
-which hidden characters there are and where, and every host that is not ASCII with the name
-it really resolves as. Whether a value fits on the card or travels whole as a document is
-decided here too; nothing is ever cut without the whole value going along.
+"""What an approval card says about a RISKY call, before it is drawn for Telegram or a terminal:
+one description for both transports, so they cannot drift apart. Whether a value fits on the
+card or travels whole as a document is decided here too; nothing is ever cut without the whole
+value going along.
 """
 
 from __future__ import annotations

@@ -165,13 +165,9 @@ class _Chunker:
 
 
 def split_message(text: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
-    """Cut HTML ``text`` into chunks of at most ``limit`` UTF-16 units, each valid on its own.
-
-    Cuts fall on line boundaries where possible; a tag open across a cut (a ``<pre>`` block)
-    is closed at the end of one chunk and reopened at the start of the next; a single line
-    longer than a chunk is cut inside its text, never inside a tag or an entity. Chunks with
-    no visible text are dropped, so an empty ``text`` yields no chunks.
-    """
+    """Cut HTML ``text`` into chunks of at most ``limit`` UTF-16 units, each valid on its own
+    (see the module docstring). A line longer than a chunk is cut inside its text, never inside
+    a tag or an entity; chunks with no visible text are dropped, so "" yields none."""
     chunker = _Chunker(limit)
     line: list[str] = []
     for atom in _ATOM.findall(text):

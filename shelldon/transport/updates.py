@@ -3,7 +3,7 @@ to fetch before the handoff, where the model sees) or a ``Rejected`` value.
 
 ``parse_update`` never raises: malformed JSON shapes, unknown update kinds, missing fields and
 wrong types all become ``Rejected(reason)``. The owner gate is applied here first: a message or
-a tap from anyone who is not an owner (``shelldon.rules.arbiter.owners_of``), or from a group
+a tap from anyone who is not an owner (``shelldon.rules.commands.owners_of``), or from a group
 chat, where replies would be seen by others, is rejected before it can reach the inbox. While
 there is no owner at all, a private message is a ``PairingRequest`` instead (it is answered
 with a pairing code, ``shelldon.rules.pairing``, and still reaches nothing else).

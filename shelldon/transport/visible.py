@@ -3,14 +3,11 @@
 What the owner approves must read exactly as it runs. A right-to-left override can make
 ``rm -rf ~`` look like something else (Trojan Source, CVE-2021-42574); a zero-width space, a
 Hangul filler or a no-break space makes two different commands look the same; ``google.com``
-spelled with Cyrillic o's (U+043E) is another host (a homoglyph). ``reveal`` marks every
-character that is invisible, non-printing or changes direction as ``⟦U+XXXX⟧``;
-``hidden_characters`` says which they were and where; ``foreign_hosts`` finds host names that
-are not ASCII and gives the ASCII (punycode) name a fetch would really connect to.
+spelled with Cyrillic o's (U+043E) is another host (a homoglyph): a fetch connects to its
+ASCII (punycode) name.
 
-``for_terminal`` is for everything else the console prints (model replies, gate output): the
-controls a terminal obeys (escape sequences, carriage returns, backspaces, bidi controls) are
-marked, and ordinary text, emoji joiners included, is left alone.
+``for_terminal``, for everything else the console prints (model replies, gate output), marks
+only the controls a terminal obeys: ordinary text, emoji joiners included, is left alone.
 """
 
 from __future__ import annotations
