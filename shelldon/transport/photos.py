@@ -32,8 +32,8 @@ class PhotoCaps:
 
 @dataclass(frozen=True, slots=True)
 class WantedPhoto:
-    """An owner's message holding an image, before its bytes are fetched. ``width``/``height``
-    are Telegram's word (0 for a file: unknown until the header is read); ``size`` likewise."""
+    """An owner's message holding an image, before its bytes are fetched. ``size`` is
+    Telegram's word for it (0: unknown); the width and height are read from the image's header."""
 
     chat_id: int
     user_id: int
@@ -41,8 +41,6 @@ class WantedPhoto:
     caption: str
     file_id: str
     kind: str  # "photo" or "image file": the owner's word for it
-    width: int = 0
-    height: int = 0
     size: int = 0
 
 
@@ -94,9 +92,8 @@ def wanted_photo(
         size = pick_size(message["photo"], caps)
         if size is None:
             return None
-        width, height = _int(size.get("width")), _int(size.get("height"))
-        found = (size["file_id"], "photo", width, height, _int(size.get("file_size")))
-        return WantedPhoto(chat_id, user_id, update_id, caption, *found)
+        declared = _int(size.get("file_size"))
+        return WantedPhoto(chat_id, user_id, update_id, caption, size["file_id"], "photo", declared)
     document = message.get("document")
     # An animation (a GIF Telegram made a video of) carries a document too: not a photo.
     if "animation" in message or not isinstance(document, dict):

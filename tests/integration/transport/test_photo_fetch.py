@@ -29,7 +29,7 @@ JPEG = tiny_jpeg(1280, 960, comment=b"photo-fetch-test")
 
 
 def wanted(file_id: str = "f1", kind: str = "photo", size: int = 0) -> WantedPhoto:
-    return WantedPhoto(OWNER, OWNER, 5, "what is this?", file_id, kind, 1280, 960, size)
+    return WantedPhoto(OWNER, OWNER, 5, "what is this?", file_id, kind, size)
 
 
 async def fetch(tg: FakeTelegram, want: WantedPhoto, caps: PhotoCaps = CAPS) -> Fetched | Refused:
