@@ -149,9 +149,8 @@ def _tail_within(text: str, budget: int) -> str:
     return text[start:]
 
 
-def _safe_filename(name: str, suffix: str) -> str:
-    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:40] or "value"
-    return f"{stem}{suffix}"
+def _file_stem(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:40] or "value"
 
 
 def _argument_block(arg: ArgumentCard, taken: set[str]) -> tuple[str, Document | None]:
@@ -160,9 +159,8 @@ def _argument_block(arg: ArgumentCard, taken: set[str]) -> tuple[str, Document |
     if arg.fits:
         block, document = f"{label}\n{pre(arg.shown())}", None
     else:
-        filename = _safe_filename(arg.name, ".txt")
-        stem = filename.removesuffix(".txt")
-        n = 2
+        stem = _file_stem(arg.name)
+        filename, n = f"{stem}.txt", 2
         while filename in taken:
             filename, n = f"{stem}-{n}.txt", n + 1
         taken.add(filename)
@@ -252,7 +250,7 @@ def render_promotion(
     text = "\n".join(head + inline + tail)
     if utf16_len(text) <= CARD_CHARS:
         return ApprovalView(text=text)
-    stem = _safe_filename(name[:40], "")
+    stem = _file_stem(name)
     documents: tuple[Document, ...] = (
         Document(f"{stem}.py", tool_code.encode("utf-8", "replace"), "the tool's code"),
         Document(f"test_{stem}.py", test_code.encode("utf-8", "replace"), "its test"),
