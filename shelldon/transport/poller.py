@@ -55,14 +55,9 @@ class OwnerPairing(Protocol):
     """Pairs the first owner (``TelegramLink``): answers strangers with codes, and learns the
     owner ``shelldon pair`` named."""
 
-    async def offer_code(self, request: PairingRequest) -> None:
-        """Answer a private message sent while there is no owner (a code, a reminder, or
-        nothing when rate-limited)."""
-        ...
+    async def offer_code(self, request: PairingRequest) -> None: ...
 
-    async def paired_owners(self) -> frozenset[int]:
-        """The owners the config file names now (empty: still none); each new one is told."""
-        ...
+    async def paired_owners(self) -> frozenset[int]: ...
 
 
 Handoff = Callable[[InboundMessage | Decision | WantedPhoto], Awaitable[str | None]]
@@ -104,13 +99,8 @@ class Poller:
 
     async def run(self) -> None:
         """Register commands, then poll until cancelled or a fatal error (raised, already logged
-        as ``telegram.fatal``, for the caller to exit with its ``exit_status``).
-
-        Transient failures are logged and waited out with growing backoff, so the pet polls
-        through an outage and registers its commands once Telegram is reachable. An update that
-        cannot be stored, or has no usable ``update_id``, is logged, dropped and confirmed: one
-        bad update never stops the pet, nor comes back at every restart.
-        """
+        as ``telegram.fatal``, for the caller to exit with its ``exit_status``). Transient
+        failures are waited out with growing backoff: the pet polls through an outage."""
         commands_pending = True
         failures = 0
         while True:
