@@ -38,9 +38,6 @@ _GATE_TAIL_CHARS = 1200
 _DESCRIPTION_CHARS = 500
 
 
-# ---------------------------------------------------------------- callback data
-
-
 @dataclass(frozen=True, slots=True)
 class CallbackChoice:
     """A valid tap: approve or deny the approval parked under ``turn_id``."""
@@ -119,9 +116,6 @@ def decided_card(card: str, outcome: str) -> str | None:
     when the two do not fit one message (the outcome then goes as a message of its own)."""
     text = f"{card}\n\n{bold(outcome)}"
     return text if utf16_len(text) <= MAX_MESSAGE_CHARS else None
-
-
-# ---------------------------------------------------------------- approval views
 
 
 @dataclass(frozen=True, slots=True)

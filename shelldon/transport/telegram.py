@@ -266,8 +266,6 @@ class BotApi:
             raise BadRequest("the file download came compressed, which is refused")
         return bytes(body)
 
-    # ------------------------------------------------------------ methods
-
     async def get_updates(self, offset: int | None, timeout_s: int) -> list[Any]:
         """Long-poll for updates at or after ``offset`` (which confirms all before it)."""
         result = await self.call(

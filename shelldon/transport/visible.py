@@ -130,9 +130,6 @@ def hidden_characters(text: str) -> tuple[HiddenCharacter, ...]:
     return tuple(kinds)
 
 
-# ---------------------------------------------------------------- hosts
-
-
 @dataclass(frozen=True, slots=True)
 class ForeignHost:
     """A host name that is not plain ASCII: as written, and as the ASCII name it resolves as
