@@ -116,12 +116,9 @@ def update_id_of(raw: object) -> int | None:
 
 
 def offset_past(offset: int | None, raw: object) -> int:
-    """The next getUpdates offset once ``raw``, an update without a usable id, is dropped.
-
-    Telegram confirms every update whose id is below the offset, so an int id however large
-    is confirmed by going one past it; anything else (a negative or non-int id, no id at all)
-    sits below any offset >= 0, which the next poll then sends.
-    """
+    """The next getUpdates offset once ``raw``, an update without a usable id, is dropped:
+    Telegram confirms every id below the offset, so one past an int id however large; anything
+    else (a negative or non-int id, none at all) already sits below it: it stays (at least 0)."""
     update = _dict(raw)
     raw_id = update.get("update_id") if update is not None else None
     floor = 0 if offset is None else offset
