@@ -189,9 +189,8 @@ def placeholder(photo: Photo, kind: str = "photo") -> str:
 
 
 def _resend_hint(kind: str) -> str:
-    return " Send it as a photo, not as a file, and Telegram makes it smaller." * (
-        kind == "image file"
-    )
+    hint = " Send it as a photo, not as a file, and Telegram makes it smaller."
+    return hint if kind == "image file" else ""
 
 
 def _too_big(kind: str, caps: PhotoCaps, seen: int = 0) -> Refused:
