@@ -39,13 +39,11 @@ if TYPE_CHECKING:
 
 def _pollable(fd: int) -> bool:
     """Whether ``fd`` can be watched (epoll refuses regular files and /dev/null)."""
-    probe = select.epoll()
-    try:
-        probe.register(fd, select.EPOLLIN)
-    except OSError:
-        return False
-    finally:
-        probe.close()
+    with select.epoll() as probe:
+        try:
+            probe.register(fd, select.EPOLLIN)
+        except OSError:
+            return False
     return True
 
 
@@ -142,10 +140,10 @@ class ConsoleSide(TransportSide):
                 self._write("(no input: no)\n")
                 self._handoff(answer)
             if not self.session.scripted:
-                # End of input: let the turns already typed finish (unless one waits for a
-                # decision nobody can type now), and give a command's answer a moment.
+                # End of input: let the turns already typed finish (close_input has answered
+                # every prompt no), and give a command's answer a moment.
                 self.input_closed = True
-                if not self.awaiting or self.session.prompts:
+                if not self.awaiting:
                     self.actor.wakeupAfter(dt.timedelta(seconds=0.3), payload="console-done")
             return False
         self.in_buffer += data
