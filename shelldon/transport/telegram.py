@@ -76,14 +76,6 @@ class RetryPolicy:
         return ceiling / 2 + random.uniform(0, ceiling / 2)  # noqa: S311 - jitter, not crypto
 
 
-@dataclass(frozen=True, slots=True)
-class Upload:
-    """A file to send as multipart form data."""
-
-    filename: str
-    content: bytes
-
-
 class BotApi:
     """The Bot API over one aiohttp session; retries, flood control and token hygiene inside."""
 
@@ -143,12 +135,13 @@ class BotApi:
         /,
         *,
         timeout_s: float | None = None,
-        upload: tuple[str, Upload] | None = None,
+        upload: tuple[str, str, bytes] | None = None,
         **params: Any,
     ) -> Any:
-        """``method``'s ``result`` for ``params`` (None values dropped). 5xx and network failures
-        are retried with backoff and jitter, a 429 waits its ``retry_after`` (and so does every
-        other call meanwhile); other errors raise at once."""
+        """``method``'s ``result`` for ``params`` (None values dropped; with ``upload``, a file
+        as (field, filename, content), as form data). 5xx and network failures are retried with
+        backoff and jitter, a 429 waits its ``retry_after`` (and so does every other call
+        meanwhile); other errors raise at once."""
         params = {k: v for k, v in params.items() if v is not None}
         for attempt in itertools.count():
             delay = self._not_before - self._clock()
@@ -185,7 +178,7 @@ class BotApi:
         self,
         method: str,
         params: Mapping[str, Any],
-        upload: tuple[str, Upload] | None,
+        upload: tuple[str, str, bytes] | None,
         timeout_s: float | None,
     ) -> Any:
         # The URL (it holds the token) is never bound to a local: no traceback shows it.
@@ -198,8 +191,8 @@ class BotApi:
                 form = aiohttp.FormData()
                 for key, value in params.items():
                     form.add_field(key, value if isinstance(value, str) else json.dumps(value))
-                field, file = upload
-                form.add_field(field, file.content, filename=file.filename)
+                field, filename, content = upload
+                form.add_field(field, content, filename=filename)
                 request = self._http().post(self._url(method), data=form, timeout=timeout)
             async with request as response:
                 status = response.status
@@ -313,7 +306,7 @@ class BotApi:
         """Send ``content`` as a file named ``filename``; returns the message id."""
         result = await self.call(
             "sendDocument",
-            upload=("document", Upload(filename, content)),
+            upload=("document", filename, content),
             chat_id=chat_id,
             caption=caption,
             parse_mode="HTML" if caption else None,
