@@ -13,7 +13,7 @@ import stat
 
 from shelldon.contracts import Tier, ToolDefinition
 from shelldon.worker.tools.jail import is_denied, jail_path, open_jailed, refuse_hard_link
-from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
+from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec, string_params
 
 # The seed's read cap: enough for a source file or a note, never a whole log.
 READ_CAP_BYTES = 64 * 1024
@@ -133,17 +133,7 @@ def specs() -> list[ToolSpec]:
                     "Read a text file in the workspace (first 64 KiB). The path is relative "
                     "to the workspace root, e.g. 'notes/todo.txt'."
                 ),
-                params_schema={
-                    "type": "object",
-                    "properties": {
-                        "path": {
-                            "type": "string",
-                            "description": "file path relative to the workspace root",
-                        }
-                    },
-                    "required": ["path"],
-                    "additionalProperties": False,
-                },
+                params_schema=string_params(path="file path relative to the workspace root"),
                 tier=Tier.FREE,
             ),
             read_file,

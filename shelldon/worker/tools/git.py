@@ -44,7 +44,7 @@ from shelldon.worker.tools.gitconfig import (
     workspace_git_dir,
 )
 from shelldon.worker.tools.jail import resolve_in_jail
-from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
+from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec, string_params
 from shelldon.worker.tools.risky_env import (
     NO_GIT_PROGRAMS,
     ChildRun,
@@ -367,26 +367,13 @@ def git(ctx: ToolContext, args: str) -> str:
         return run_child(ctx, prepare_git(ctx.workspace, ctx.vault, args, home))
 
 
-SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "args": {
-            "type": "string",
-            "description": "arguments after 'git', e.g. \"commit -m 'fix typo'\"",
-        },
-    },
-    "required": ["args"],
-    "additionalProperties": False,
-}
-
-
 def specs() -> list[ToolSpec]:
     """The git family: ``git`` (RISKY)."""
     allowed = ", ".join(sorted(ALLOWED_SUBCOMMANDS))
     definition = ToolDefinition(
         name="git",
         description=f"Run git in the workspace. Allowed subcommands: {allowed}.",
-        params_schema=SCHEMA,
+        params_schema=string_params(args="arguments after 'git', e.g. \"commit -m 'fix typo'\""),
         tier=Tier.RISKY,
     )
     return [ToolSpec(definition, git, network=talks_to_a_remote)]

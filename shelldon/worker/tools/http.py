@@ -19,12 +19,18 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
 from shelldon.contracts import Tier, ToolDefinition
-from shelldon.worker.tools.registry import ToolContext, ToolError, ToolFn, ToolSpec
+from shelldon.worker.tools.registry import (
+    ToolContext,
+    ToolError,
+    ToolFn,
+    ToolSpec,
+    string_params,
+)
 from shelldon.worker.tools.ssrf import (
     DEFAULT_POLICY,
     AddressPolicy,
@@ -313,16 +319,6 @@ def _run(coro: Awaitable[Fetched]) -> Fetched:
         return pool.submit(asyncio.run, main()).result()
 
 
-SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "url": {"type": "string", "description": "http:// or https:// URL to GET"},
-    },
-    "required": ["url"],
-    "additionalProperties": False,
-}
-
-
 def specs() -> list[ToolSpec]:
     """The http family: ``http_get`` (RISKY)."""
     definition = ToolDefinition(
@@ -331,7 +327,7 @@ def specs() -> list[ToolSpec]:
             "GET an http(s) URL and return the status and the start of the body. Redirects are "
             "followed (at most 5) but never into private, loopback or link-local addresses."
         ),
-        params_schema=SCHEMA,
+        params_schema=string_params(url="http:// or https:// URL to GET"),
         tier=Tier.RISKY,
     )
     return [ToolSpec(definition, make_http_get(), network=lambda _args: True)]

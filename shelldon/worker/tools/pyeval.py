@@ -30,7 +30,7 @@ import structlog
 from shelldon.contracts import Tier, ToolDefinition
 from shelldon.proc.child import Child, SpawnError
 from shelldon.proc.limits import ProcessLimits, apply_limits
-from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
+from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec, string_params
 
 log = structlog.get_logger(__name__)
 
@@ -308,14 +308,7 @@ def specs() -> list[ToolSpec]:
                     "starting with '_' and str.format do not. "
                     "Bounded to a couple of seconds."
                 ),
-                params_schema={
-                    "type": "object",
-                    "properties": {
-                        "code": {"type": "string", "description": "one Python expression"}
-                    },
-                    "required": ["code"],
-                    "additionalProperties": False,
-                },
+                params_schema=string_params(code="one Python expression"),
                 tier=Tier.FREE,
             ),
             python_eval,

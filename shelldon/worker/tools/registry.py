@@ -135,6 +135,16 @@ def check_args(schema: dict[str, Any], args: dict[str, Any]) -> str | None:
     return None
 
 
+def string_params(**described: str) -> dict[str, Any]:
+    """A params schema of required string arguments, each with its description, and no others."""
+    return {
+        "type": "object",
+        "properties": {name: {"type": "string", "description": d} for name, d in described.items()},
+        "required": list(described),
+        "additionalProperties": False,
+    }
+
+
 def cap_output(text: str, limit: int) -> str:
     """Cut ``text`` to ``limit`` characters, saying how much was dropped."""
     if len(text) <= limit:

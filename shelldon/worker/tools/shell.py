@@ -21,7 +21,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import structlog
 
@@ -32,7 +31,7 @@ from shelldon.proc.output import Output
 from shelldon.proc.sweep import snapshot, sweep_descendants
 from shelldon.proc.ties import become_subreaper
 from shelldon.worker.tools.gitconfig import config_findings, refusal, repository_config
-from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
+from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec, string_params
 from shelldon.worker.tools.risky_env import ChildRun, fresh_home, risky_env
 
 log = structlog.get_logger(__name__)
@@ -186,19 +185,6 @@ def run_child(ctx: ToolContext, run: ChildRun) -> str:
     return text or "(no output)"
 
 
-SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "command": {
-            "type": "string",
-            "description": "a /bin/sh command line, run in the workspace",
-        },
-    },
-    "required": ["command"],
-    "additionalProperties": False,
-}
-
-
 def specs() -> list[ToolSpec]:
     """The shell family: ``run_shell`` (RISKY)."""
     definition = ToolDefinition(
@@ -207,7 +193,7 @@ def specs() -> list[ToolSpec]:
             "Run a /bin/sh command line in the workspace (stdin empty, output capped, time-"
             "limited). Background processes are killed when the command returns."
         ),
-        params_schema=SCHEMA,
+        params_schema=string_params(command="a /bin/sh command line, run in the workspace"),
         tier=Tier.RISKY,
     )
     # An approved command line may fetch (the README says what run_shell may reach).

@@ -26,12 +26,11 @@ import secrets
 import stat
 import unicodedata
 from pathlib import PurePath, PurePosixPath
-from typing import Any
 
 from shelldon.contracts import Tier, ToolDefinition
 from shelldon.worker.tools.beneath import make_dirs_beneath
 from shelldon.worker.tools.jail import jail_path
-from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
+from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec, string_params
 
 WRITE_CAP_BYTES = 64 * 1024
 
@@ -136,17 +135,6 @@ def _replace(name: str, data: bytes, dir_fd: int) -> None:
     os.fsync(dir_fd)
 
 
-SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "path": {"type": "string", "description": "file path relative to the workspace root"},
-        "content": {"type": "string", "description": "the whole new text of the file"},
-    },
-    "required": ["path", "content"],
-    "additionalProperties": False,
-}
-
-
 def specs() -> list[ToolSpec]:
     """The write family: ``write_file`` (RISKY)."""
     definition = ToolDefinition(
@@ -155,7 +143,10 @@ def specs() -> list[ToolSpec]:
             "Create or replace a text file in the workspace (at most 64 KiB; parent directories "
             "are created). Git's control files (.git/, .gitmodules) are refused."
         ),
-        params_schema=SCHEMA,
+        params_schema=string_params(
+            path="file path relative to the workspace root",
+            content="the whole new text of the file",
+        ),
         tier=Tier.RISKY,
     )
     return [ToolSpec(definition, write_file)]
