@@ -22,7 +22,6 @@ import select
 import signal
 import time
 import unicodedata
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import structlog
@@ -166,14 +165,6 @@ def check_expression(code: str) -> ast.Expression:
     return tree
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What the bounded child reported: ``ok`` with the rendered value, or an error text."""
-
-    ok: bool
-    text: str
-
-
 _OK, _ERR = b"K", b"E"
 
 
@@ -250,8 +241,9 @@ def _describe_death(code: int) -> str:
     return "python_eval stopped: the evaluator exited without an answer"
 
 
-def evaluate_bounded(tree: ast.Expression, ctx: ToolContext) -> Outcome:
-    """Evaluate a checked expression in a forked child, bounded by ``ctx.eval_timeout_s``."""
+def evaluate_bounded(tree: ast.Expression, ctx: ToolContext) -> str:
+    """Evaluate a checked expression in a forked child, bounded by ``ctx.eval_timeout_s``;
+    raises ``ToolError`` with the expression's error or why the child stopped."""
     read_fd, write_fd = os.pipe()
     try:
         # In the worker's group: whoever kills the worker's group kills the evaluator too.
@@ -274,24 +266,22 @@ def evaluate_bounded(tree: ast.Expression, ctx: ToolContext) -> Outcome:
         code = child.reap(block=True)
     if cut_short:
         log.info("python_eval_killed", timeout_s=ctx.eval_timeout_s)
-        return Outcome(
-            False,
+        raise ToolError(
             f"python_eval stopped: the expression ran past {ctx.eval_timeout_s:g} s "
-            "(or produced too much output); try a smaller computation",
+            "(or produced too much output); try a smaller computation"
         )
     if not data:
-        return Outcome(False, _describe_death(code if code is not None else 0))
-    return Outcome(data[:1] == _OK, data[1:].decode("utf-8", errors="replace"))
+        raise ToolError(_describe_death(code if code is not None else 0))
+    text = data[1:].decode("utf-8", errors="replace")
+    if data[:1] != _OK:
+        raise ToolError(text)
+    return text
 
 
 def python_eval(ctx: ToolContext, code: str) -> str:
     """The ``repr`` of one restricted Python expression's value; refusals and errors raise
     ``ToolError`` so the model reads them as a failed result."""
-    tree = check_expression(code)
-    outcome = evaluate_bounded(tree, ctx)
-    if not outcome.ok:
-        raise ToolError(outcome.text)
-    return outcome.text
+    return evaluate_bounded(check_expression(code), ctx)
 
 
 def specs() -> list[ToolSpec]:
