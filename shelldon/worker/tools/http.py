@@ -17,9 +17,9 @@ import ipaddress
 import re
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -304,19 +304,15 @@ def make_http_get(
     return http_get
 
 
-def _run(coro: Awaitable[Fetched]) -> Fetched:
+def _run(coro: Coroutine[Any, Any, Fetched]) -> Fetched:
     """Run the fetch to completion from synchronous tool code, on a fresh event loop (in a
     helper thread if the calling thread already runs one)."""
-
-    async def main() -> Fetched:
-        return await coro
-
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(main())
+        return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, main()).result()
+        return pool.submit(asyncio.run, coro).result()
 
 
 def specs() -> list[ToolSpec]:
