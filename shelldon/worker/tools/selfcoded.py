@@ -62,11 +62,6 @@ class SelfCodedToolError(Exception):
     ``ToolError``: the tool itself is at fault)."""
 
 
-def live_tools_dir(ctx: ToolContext) -> Path | None:
-    """Where live self-coded tools are (``<home>/toolbox/live``); None: nowhere."""
-    return ctx.live_tools
-
-
 def load_module(path: Path, expected_hash: str) -> ModuleType:
     """Import a live tool from ``path`` if its code still hashes to ``expected_hash`` (the
     approved hash), and check it offers ``run``, ``DESCRIPTION`` and ``PARAMS_SCHEMA``."""
@@ -187,12 +182,9 @@ class Discovery:
         self.seen: _Seen | None = None
         self.told_off = False  # said once: the start log and doctor say it too
 
+    @_gc_paused()
     def __call__(self, ctx: ToolContext) -> list[ToolSpec]:
-        with _gc_paused():
-            return self._discover(ctx)
-
-    def _discover(self, ctx: ToolContext) -> list[ToolSpec]:
-        tools_dir = live_tools_dir(ctx)
+        tools_dir = ctx.live_tools
         if tools_dir is None:
             return []
         if ctx.selfcoded_off:
@@ -234,10 +226,10 @@ made cannot read it once it is), the live manifest's bytes (None: no manifest) a
 
 
 def toolbox_fingerprint(ctx: ToolContext) -> Fingerprint:
-    """The inputs discovery builds the live toolbox from, as ``_discover`` reads them: equal
+    """The inputs discovery builds the live toolbox from, as ``Discovery`` reads them: equal
     fingerprints give equal discovery results. A worker forked ahead of its turn compares it to
     decide whether its registry is stale. Raises ``OSError`` as ``discover``."""
-    tools_dir = live_tools_dir(ctx)
+    tools_dir = ctx.live_tools
     if tools_dir is None or ctx.selfcoded_off:
         return False, None, frozenset()
     return tools_dir.is_dir(), *_read_inputs(tools_dir)
@@ -282,14 +274,3 @@ def _build(tools_dir: Path, manifest: Manifest, on_disk: frozenset[str]) -> list
     if unlisted:
         log.warning("selfcoded_modules_not_in_manifest", files=unlisted[:20], count=len(unlisted))
     return specs
-
-
-__all__ = [
-    "MANIFEST_NAME",
-    "SelfCodedToolError",
-    "confinement_refusal",
-    "discover",
-    "live_tools_dir",
-    "load_module",
-    "toolbox_fingerprint",
-]
