@@ -58,17 +58,12 @@ def run_bounded(
     *,
     max_output_bytes: int = 16000,
     env: Mapping[str, str] | None = None,
-    sweep: bool = True,
 ) -> RunOutcome:
-    """Run ``argv`` to completion or deadline; return its status and capped output.
-
-    With ``sweep`` (the default) the caller becomes a child subreaper and every descendant the
-    run left behind is killed and reaped before returning. Raises ``OSError`` if the program
-    cannot be started.
-    """
-    if sweep:
-        become_subreaper()
-    before = snapshot() if sweep else frozenset()
+    """Run ``argv`` to completion or deadline; return its status and capped output. The caller
+    becomes a child subreaper, and every descendant the run left behind is killed and reaped
+    before returning. Raises ``OSError`` if the program cannot be started."""
+    become_subreaper()
+    before = snapshot()
     child = Child.spawn(
         argv,
         cwd=cwd,
@@ -78,7 +73,6 @@ def run_bounded(
     )
     output = child.output
     assert output is not None
-    swept = 0
     with child:
         timed_out = not _pump(child, output, time.monotonic() + timeout_s)
         if timed_out:
@@ -87,8 +81,7 @@ def run_bounded(
         # Normal exit or not: nothing of the group may outlive the call.
         child.kill()
         child.reap(block=True)
-        if sweep:
-            swept = sweep_descendants(before)
+        swept = sweep_descendants(before)
         # Every writer is dead now, so the pipe reaches EOF promptly.
         end = time.monotonic() + 1.0
         while not output.eof and time.monotonic() < end:
@@ -117,11 +110,6 @@ def _pump(child: Child, output: Output, deadline: float) -> bool:
                 if output.eof:
                     poller.unregister(fd)
     return True
-
-
-def limits_of(ctx: ToolContext) -> ProcessLimits:
-    """The RLIMITs a tool child runs under."""
-    return ProcessLimits(address_space_mb=ctx.rlimit_as_mb, cpu_s=ctx.rlimit_cpu_s)
 
 
 def render(outcome: RunOutcome, cap: int) -> str:
@@ -168,7 +156,7 @@ def run_child(ctx: ToolContext, run: ChildRun) -> str:
             run.argv,
             ctx.workspace,
             ctx.shell_timeout_s,
-            limits_of(ctx),
+            ProcessLimits(address_space_mb=ctx.rlimit_as_mb, cpu_s=ctx.rlimit_cpu_s),
             max_output_bytes=ctx.max_output_chars,
             env=run.env,
         )
