@@ -25,10 +25,9 @@ approved call starts exactly that.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,7 +42,7 @@ from shelldon.worker.tools.gitconfig import (
     repository_config,
     workspace_git_dir,
 )
-from shelldon.worker.tools.jail import resolve_in_jail
+from shelldon.worker.tools.jail import jail_path
 from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec, string_params
 from shelldon.worker.tools.risky_env import (
     NO_GIT_PROGRAMS,
@@ -160,15 +159,10 @@ def _check_path(
     workspace is refused). ``git mv -f x .git/config`` would otherwise replace the config."""
     if arg.startswith("/"):
         raise _refuse(arg, "absolute paths are not allowed; name files from the workspace")
-    for candidate in (arg, _inside(resolve_in_jail(workspace, arg, vault), workspace)):
+    for candidate in (arg, jail_path(workspace, arg, vault).inside):
         reason = git_control_reason(candidate, names)
         if reason:
             raise ToolError(reason)
-
-
-def _inside(real: Path, workspace: Path) -> PurePosixPath:
-    """``real`` relative to the workspace's real location."""
-    return PurePosixPath(real.relative_to(os.path.realpath(workspace)))
 
 
 def _check_url(arg: str) -> None:
