@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import math
 import os
-import select
 import signal
 import time
 import unicodedata
@@ -27,8 +26,9 @@ from typing import Any, NoReturn
 import structlog
 
 from shelldon.contracts import Tier, ToolDefinition
-from shelldon.proc.child import Child, SpawnError
+from shelldon.proc.child import Child, SpawnError, readable
 from shelldon.proc.limits import ProcessLimits, apply_limits
+from shelldon.proc.output import Output
 from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec, string_params
 
 log = structlog.get_logger(__name__)
@@ -207,27 +207,6 @@ def _child(tree: ast.Expression, ctx: ToolContext, read_fd: int, write_fd: int) 
         os._exit(0)
 
 
-def _read_until(fd: int, deadline: float, max_bytes: int) -> tuple[bytes, bool]:
-    """Read ``fd`` to EOF; returns the bytes and whether the deadline (or the cap) cut it short."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return b"".join(chunks), True
-        if not poller.poll(remaining * 1000):
-            continue
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return b"".join(chunks), False
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > max_bytes:
-            return b"".join(chunks), True
-
-
 def _describe_death(code: int) -> str:
     """Why a child that sent nothing ended (``code`` negative: the signal that killed it)."""
     if code < 0:
@@ -255,12 +234,19 @@ def evaluate_bounded(tree: ast.Expression, ctx: ToolContext) -> str:
         raise ToolError(f"python_eval is unavailable right now ({exc})") from None
     os.close(write_fd)
     deadline = time.monotonic() + ctx.eval_timeout_s
+    # 4 bytes per character at most, plus the status byte and the cut note.
+    output = Output(read_fd, 4 * ctx.max_output_chars + 256)
     with child:  # killed, reaped and released however this block is left
         try:
-            # 4 bytes per character at most, plus the status byte and the cut note.
-            data, cut_short = _read_until(read_fd, deadline, 4 * ctx.max_output_chars + 256)
+            while not output.eof and not output.truncated:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                if readable(read_fd, left):
+                    output.drain()
+            cut_short = output.truncated or not output.eof
         finally:
-            os.close(read_fd)
+            output.close()
         if cut_short:
             child.kill()
         code = child.reap(block=True)
@@ -270,6 +256,7 @@ def evaluate_bounded(tree: ast.Expression, ctx: ToolContext) -> str:
             f"python_eval stopped: the expression ran past {ctx.eval_timeout_s:g} s "
             "(or produced too much output); try a smaller computation"
         )
+    data = output.data()
     if not data:
         raise ToolError(_describe_death(code if code is not None else 0))
     text = data[1:].decode("utf-8", errors="replace")
