@@ -1,19 +1,14 @@
 """Discovery of live self-coded tools, run in each forked worker at the start of a turn.
 
-The live tools come from ``<home>/toolbox/live/manifest.json``, which the toolbox writes from
-the owner's approvals (the store's ``approved_tools``) at every promote, quarantine, restore
-and start-up. The worker cannot reach the store, and the toolbox is read-only to it under
-either filesystem layer, so that file — written only by the service, in a directory only the
-service can write — is how the approved hashes reach discovery: one JSON read per turn, no
-module imported. Each entry becomes a FREE ``ToolSpec(self_coded=True)`` whose function
-imports the module only when the model calls it, from bytes read once (no link, no special
-file) whose sha256 must equal the approved hash, under a unique module name; it checks the
-convention and calls ``run(**args)``.
-Bytes that differ are never executed: the call fails (a strike), so a file changed after the
-manifest was written cannot run either. Entries the manifest marks tampered are skipped and
-logged, and so are broken ones (they never run, so they are no call's failure); files in
-``live/`` it does not list are ignored and logged. A missing or corrupt manifest means no
-self-coded tools (logged) until the toolbox writes it again: nothing found on disk is offered.
+The worker cannot reach the store, and the toolbox is read-only to it, so the approved hashes
+reach discovery through ``<home>/toolbox/live/manifest.json``, which only the service writes
+(at every promote, quarantine, restore and start-up): one JSON read per turn, no module
+imported. Each entry becomes a FREE ``ToolSpec(self_coded=True)`` whose module is imported
+only when the model calls it, in a child (``isolation``), from bytes read once whose sha256
+must equal the approved hash: bytes that differ never run (the call fails, a strike). Entries
+the manifest marks tampered or broken are skipped and logged (they never run, so they are no
+call's failure); files it does not list are ignored and logged; a missing or corrupt manifest
+means no self-coded tools: nothing found on disk is offered.
 
 Where no filesystem layer is in force (``ToolContext.selfcoded_off``), nothing is discovered;
 and a self-coded tool refuses to run in a process whose filesystem layer is not on
@@ -196,13 +191,7 @@ class Discovery:
         if raw is None and not on_disk:
             return []  # an empty toolbox (nothing promoted yet): nothing to read, nothing wrong
         seen = self.seen
-        if (
-            seen is not None
-            and raw is not None
-            and seen.raw == raw
-            and seen.on_disk == on_disk
-            and seen.tools_dir == tools_dir
-        ):
+        if seen and (seen.tools_dir, seen.raw, seen.on_disk) == (tools_dir, raw, on_disk):
             return list(seen.specs)
         manifest = _load_manifest(tools_dir, raw)
         if manifest is None:
