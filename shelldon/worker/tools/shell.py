@@ -47,7 +47,6 @@ class RunOutcome:
     output: bytes
     truncated: bool
     timed_out: bool
-    swept: int  # descendants killed after they left the process group
 
 
 def run_bounded(
@@ -90,7 +89,7 @@ def run_bounded(
     if swept:
         log.info("shell_descendants_swept", count=swept, argv0=argv[0])
     code = None if timed_out else child.exit_code
-    return RunOutcome(code, output.data(), output.truncated, timed_out, swept)
+    return RunOutcome(code, output.data(), output.truncated, timed_out)
 
 
 def _pump(child: Child, output: Output, deadline: float) -> bool:
