@@ -203,9 +203,8 @@ async def fetch(
     resolve: Resolve = system_resolve,
     max_bytes: int = 16000,
     timeout_s: float = 20.0,
-    max_redirects: int = MAX_REDIRECTS,
 ) -> Fetched:
-    """GET ``url`` following at most ``max_redirects`` redirects by hand, each one re-checked."""
+    """GET ``url`` following at most ``MAX_REDIRECTS`` redirects by hand, each one re-checked."""
     from yarl import URL
 
     deadline = time.monotonic() + timeout_s
@@ -214,7 +213,7 @@ async def fetch(
         current = URL(url)
     except (ValueError, TypeError) as exc:
         raise FetchRefused(f"not a valid URL {url!r}: {exc}") from None
-    for hop in range(max_redirects + 1):
+    for hop in range(MAX_REDIRECTS + 1):
         try:
             target = await check_target(current, policy, resolve, redirect=hop > 0)
         except HostRefused as exc:
@@ -233,7 +232,7 @@ async def fetch(
             current = current.join(URL(location))
         except (ValueError, TypeError) as exc:
             raise FetchRefused(f"redirect {hop + 1} has an invalid Location: {exc}") from None
-    raise FetchRefused(f"more than {max_redirects} redirects; stopped at {current}")
+    raise FetchRefused(f"more than {MAX_REDIRECTS} redirects; stopped at {current}")
 
 
 async def _one_hop(
