@@ -8,15 +8,13 @@ The workspace is writable by every self-coded tool, so a tool can plant any of t
 tool pins what it can at command-line scope (``GIT_CONFIG_COUNT`` outranks every file); what
 it cannot blank out this module finds first and the call is refused, naming each file and key.
 
-``config_findings`` reads a repository's config as git itself reads it (``git config --list
---show-origin --show-scope -z --no-includes``, under the call's neutral environment: git's own
-parser, subsections, continuation lines and all, and ``include.path`` shows up as a key to
-refuse rather than being followed) and judges every key with ``program_key``. A local
-repository that a fetch or push talks to is read the same way (``local_remotes``): its
-``upload-pack`` or ``receive-pack`` runs with that repository's config. ``attribute_findings``
-reads every ``.gitattributes`` in the workspace and ``.git/info/attributes``: an attribute that
-names a filter, or a diff or merge driver that is not one of git's built-in ones, is refused
-too (the config half is refused above; naming the attribute says where the trap was laid).
+git itself reads the config (``git config --list --show-origin --show-scope -z --no-includes``
+under the call's neutral environment), so subsections and continuation lines mean what they
+mean to git, and ``include.path`` is a key to refuse rather than a file to follow. A local
+repository that a fetch or push talks to is read the same way: its ``upload-pack`` or
+``receive-pack`` runs with its own config. An attributes file that names a filter, or a diff or
+merge driver git does not have built in, is refused too (the config half is refused above;
+naming the attribute says where the trap was laid).
 """
 
 from __future__ import annotations
