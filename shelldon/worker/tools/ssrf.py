@@ -74,7 +74,7 @@ SPECIAL_RANGES_V4: tuple[SpecialRange, ...] = (
 
 # IANA IPv6 Special-Purpose Address Registry (RFC 6890, 6052, 8215, 9602, 9637) plus multicast
 # and the deprecated site-local block. Anything outside 2000::/3 is reserved by the IETF and is
-# treated as internal (see ``_v6_unallocated``).
+# treated as internal (see ``classify``).
 SPECIAL_RANGES_V6: tuple[SpecialRange, ...] = (
     _row("::/128", "unspecified", N),
     _row("::1/128", "loopback", N),
@@ -120,13 +120,8 @@ class HostRefused(ValueError):
 
 def _most_specific(address: IPAddress) -> SpecialRange | None:
     table = SPECIAL_RANGES_V4 if address.version == 4 else SPECIAL_RANGES_V6
-    best: SpecialRange | None = None
-    for row in table:
-        if address in row.network and (
-            best is None or row.network.prefixlen > best.network.prefixlen
-        ):
-            best = row
-    return best
+    rows = [row for row in table if address in row.network]
+    return max(rows, key=lambda row: row.network.prefixlen, default=None)
 
 
 def embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ...]:
