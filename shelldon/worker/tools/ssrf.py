@@ -224,10 +224,10 @@ def normalize_host(host: str) -> str | IPAddress:
 
 @dataclass(frozen=True, slots=True)
 class AddressPolicy:
-    """What a fetch may reach. ``exempt`` lists (address, port) pairs allowed regardless of the
-    table: empty in production; a test uses it to let one loopback fake server through."""
+    """What a fetch may reach: internal space only on the URL the owner approved. ``exempt``
+    lists (address, port) pairs allowed regardless of the table: empty in production; a test
+    uses it to let one loopback fake server through."""
 
-    allow_internal_first_hop: bool = True
     exempt: frozenset[tuple[IPAddress, int]] = frozenset()
 
     def check(self, address: IPAddress, port: int, *, redirect: bool) -> Verdict:
@@ -237,9 +237,10 @@ class AddressPolicy:
             return verdict
         if verdict.reach is Reach.NEVER:
             raise HostRefused(f"{address} is refused: {verdict.reason} is never fetched")
-        if verdict.reach is Reach.INTERNAL and (redirect or not self.allow_internal_first_hop):
-            where = "a redirect may not lead into" if redirect else "policy refuses"
-            raise HostRefused(f"{address} is refused: {where} {verdict.reason} space")
+        if verdict.reach is Reach.INTERNAL and redirect:
+            raise HostRefused(
+                f"{address} is refused: a redirect may not lead into {verdict.reason} space"
+            )
         return verdict
 
 
