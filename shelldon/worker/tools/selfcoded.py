@@ -38,7 +38,6 @@ from shelldon.proc import sandbox
 from shelldon.toolbox.manifest import (
     MANIFEST_NAME,
     Manifest,
-    ManifestEntry,
     ManifestError,
     code_hash,
     parse_manifest,
@@ -125,11 +124,6 @@ def _tool_fn(tools_dir: Path, file: str, expected_hash: str) -> ToolFn:
         )
 
     return call
-
-
-def _spec(tools_dir: Path, entry: ManifestEntry) -> ToolSpec:
-    definition = ToolDefinition(entry.name, entry.description, entry.params_schema, Tier.FREE)
-    return ToolSpec(definition, _tool_fn(tools_dir, entry.file, entry.code_hash), self_coded=True)
 
 
 def _load_manifest(tools_dir: Path, raw: bytes | None) -> Manifest | None:
@@ -250,7 +244,9 @@ def _build(tools_dir: Path, manifest: Manifest, on_disk: frozenset[str]) -> list
         if entry.file not in on_disk:
             log.warning("selfcoded_module_missing", tool=entry.name, file=entry.file)
             continue
-        specs.append(_spec(tools_dir, entry))
+        definition = ToolDefinition(entry.name, entry.description, entry.params_schema, Tier.FREE)
+        fn = _tool_fn(tools_dir, entry.file, entry.code_hash)
+        specs.append(ToolSpec(definition, fn, self_coded=True))
     for broken in manifest.broken:
         listed.add(broken.file)
         if broken.file in on_disk:
