@@ -374,19 +374,10 @@ def attribute_files(workspace: Path, git_dir: Path | None) -> list[Path]:
     """Every ``.gitattributes`` under the workspace (not inside ``.git`` directories, no
     symlinked directory followed) and the repository's ``info/attributes``."""
     files = []
-    stack = [workspace]
-    while stack:
-        directory = stack.pop()
-        try:
-            with os.scandir(directory) as entries:
-                for entry in entries:
-                    if entry.is_dir(follow_symlinks=False):
-                        if entry.name != ".git":
-                            stack.append(Path(entry.path))
-                    elif entry.name == ".gitattributes":
-                        files.append(Path(entry.path))
-        except OSError:
-            continue
+    for directory, subdirs, names in os.walk(workspace):
+        subdirs[:] = [name for name in subdirs if name != ".git"]
+        if ".gitattributes" in names:
+            files.append(Path(directory, ".gitattributes"))
     if git_dir is not None:
         files.append(git_dir / "info" / "attributes")
     return files
