@@ -1,15 +1,12 @@
 """RISKY ``run_shell``, and ``run_bounded``: the runner every spawned tool child goes through.
 
-``run_bounded`` starts the program as a ``shelldon.proc.child.Child`` (its own session and
-process group, the RLIMIT preexec, stdin on /dev/null, stdout and stderr into one pipe read with
-a byte cap). When the child exits (or its deadline passes: TERM, a short grace, then KILL) the
-whole group is SIGKILLed, and then every descendant that escaped the group (``setsid``, double
-forks, daemons) is found and killed too: the caller is made a child subreaper, so orphans are
-re-parented to it instead of to init, and ``/proc/*/stat`` shows who they are. Everything it
-started is reaped before it returns.
-
-Descendants the caller already had when a run started are left alone; anything new is the
-run's. So one process runs one ``run_bounded`` at a time, as the worker runs its tools.
+``run_bounded`` runs the program as a ``Child`` in its own process group under RLIMITs, stdin
+on /dev/null, stdout and stderr into one capped pipe. When it exits or its deadline passes
+(TERM, a short grace, KILL), the whole group is killed, and so is every descendant that escaped
+it (``setsid``, double forks, daemons): the caller is made a child subreaper, so orphans are
+re-parented to it instead of to init, and ``/proc/*/stat`` shows who they are. Everything is
+reaped before it returns. Descendants the caller had before the run are left alone and anything
+new is the run's, so one process runs one ``run_bounded`` at a time, as the worker runs tools.
 """
 
 from __future__ import annotations

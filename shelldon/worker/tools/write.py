@@ -9,12 +9,11 @@ define, and before every approved git call the git tool refuses both a config th
 and an attributes file that names one (``gitconfig``), so a written ``.gitattributes`` arms
 nothing.
 
-The path is resolved like every file tool's (a symlink that stays inside the workspace is
-followed, and its resolved target is what the deny list and the git rules judge), and the write
-goes to that resolved file: to a temp file in its directory, fsynced, then renamed over it, and
-the directory fsynced: a crash leaves the old file or the new one, never half of one. The
-directory is opened beneath the workspace with no symlink followed (``make_dirs_beneath``), so a
-symlink swapped in after the jail's judgement cannot redirect the write.
+A symlink that stays inside the workspace is followed: its resolved target is what the deny
+list and the git rules judge, and what is replaced (a temp file in its directory, fsynced,
+renamed over it, the directory fsynced: a crash leaves the old file or the new one, never half
+of one). The directory is opened beneath the workspace with no symlink followed
+(``make_dirs_beneath``), so a symlink swapped in after the jail's judgement cannot redirect it.
 """
 
 from __future__ import annotations
