@@ -118,9 +118,7 @@ def list_dir(ctx: ToolContext, path: str = ".") -> str:
         lines.append(f"…[{len(shown) - LIST_CAP_ENTRIES} more entries; list a subdirectory]")
     if hidden:
         lines.append(f"({hidden} deny-listed entries not shown)")
-    if not lines:
-        return f"{path!r} is empty"
-    return "\n".join(lines)
+    return "\n".join(lines) or f"{path!r} is empty"
 
 
 def specs() -> list[ToolSpec]:
