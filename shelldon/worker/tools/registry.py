@@ -127,10 +127,8 @@ def check_args(schema: dict[str, Any], args: dict[str, Any]) -> str | None:
         want = props.get(key, {}).get("type") if isinstance(props.get(key), dict) else None
         if not isinstance(want, str) or want not in _JSON_TYPES:
             continue
-        ok = isinstance(value, _JSON_TYPES[want])
-        if want in ("integer", "number") and isinstance(value, bool):
-            ok = False
-        if not ok:
+        bool_as_number = want in ("integer", "number") and isinstance(value, bool)
+        if bool_as_number or not isinstance(value, _JSON_TYPES[want]):
             return f"argument {key!r} must be {want}, got {type(value).__name__}"
     return None
 
