@@ -264,20 +264,17 @@ def _read_gitfile(path: Path) -> Path | None:
         return None
     if not text.startswith("gitdir:"):
         return None
-    target = Path(text[len("gitdir:") :].strip())
-    return target if target.is_absolute() else path.parent / target
+    return path.parent / text[len("gitdir:") :].strip()  # an absolute target replaces the parent
 
 
 def config_files_of(git_dir: Path) -> list[Path]:
     """The config files git reads for the repository at ``git_dir``: the common dir's
     ``config`` (a linked worktree's ``commondir`` says where that is) and ``config.worktree``."""
-    common = git_dir
     try:
-        pointer = (git_dir / "commondir").read_text().strip()
+        # An absolute pointer replaces git_dir when joined; an empty one leaves it.
+        common = git_dir / (git_dir / "commondir").read_text().strip()
     except OSError:
-        pointer = ""
-    if pointer:
-        common = Path(pointer) if os.path.isabs(pointer) else git_dir / pointer
+        common = git_dir
     files = [common / "config", git_dir / "config.worktree"]
     return [f for f in files if f.is_file()]
 
