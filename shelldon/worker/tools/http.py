@@ -86,11 +86,11 @@ async def system_resolve(host: str, port: int) -> list[IPAddress]:
     """Every address ``getaddrinfo`` gives for ``host`` (TCP); an empty list if none."""
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
-    found: list[IPAddress] = []
-    for family, _type, _proto, _name, sockaddr in infos:
-        if family in (socket.AF_INET, socket.AF_INET6):
-            found.append(ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0]))
-    return found
+    return [
+        ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
+        for family, _type, _proto, _name, sockaddr in infos
+        if family in (socket.AF_INET, socket.AF_INET6)
+    ]
 
 
 @dataclass(frozen=True, slots=True)
