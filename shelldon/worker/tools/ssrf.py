@@ -130,9 +130,8 @@ def embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address
     low32 = ipaddress.IPv4Address(value & 0xFFFFFFFF)
     row = _most_specific(address)
     if row is None or row.reach is not Reach.CARRIER:
-        if address in _NAT64_LOCAL:  # local-use NAT64 also carries an IPv4 in its low bits
-            return (low32,)
-        return ()
+        # Local-use NAT64 also carries an IPv4 in its low bits.
+        return (low32,) if address in _NAT64_LOCAL else ()
     if row.name == "6to4":
         return (ipaddress.IPv4Address((value >> 80) & 0xFFFFFFFF),)
     if row.name == "Teredo":
