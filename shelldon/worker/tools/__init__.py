@@ -47,13 +47,8 @@ def build_registry(settings: Settings, discovery: selfcoded.Discovery | None = N
     (``discovery``: the zygote's, which remembers its last result)."""
     registry = Registry(context_from_settings(settings))
     # Built-in families, FREE first; RISKY families and self-coded discovery follow.
-    registry.add_all(clock.specs())
-    registry.add_all(files.specs())
-    registry.add_all(pyeval.specs())
-    registry.add_all(write.specs())
-    registry.add_all(shell.specs())
-    registry.add_all(http.specs())
-    registry.add_all(git.specs())
+    for family in (clock, files, pyeval, write, shell, http, git):
+        registry.add_all(family.specs())
     # Self-coded tools last: a name collision with a built-in is refused (built-ins win).
     registry.add_all(selfcoded.discover(registry.context, discovery))
     return registry

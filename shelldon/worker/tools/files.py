@@ -13,7 +13,7 @@ import stat
 
 from shelldon.contracts import Tier, ToolDefinition
 from shelldon.worker.tools.jail import is_denied, jail_path, open_jailed, refuse_hard_link
-from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
+from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec, string_params
 
 # The seed's read cap: enough for a source file or a note, never a whole log.
 READ_CAP_BYTES = 64 * 1024
@@ -118,9 +118,7 @@ def list_dir(ctx: ToolContext, path: str = ".") -> str:
         lines.append(f"…[{len(shown) - LIST_CAP_ENTRIES} more entries; list a subdirectory]")
     if hidden:
         lines.append(f"({hidden} deny-listed entries not shown)")
-    if not lines:
-        return f"{path!r} is empty"
-    return "\n".join(lines)
+    return "\n".join(lines) or f"{path!r} is empty"
 
 
 def specs() -> list[ToolSpec]:
@@ -133,17 +131,7 @@ def specs() -> list[ToolSpec]:
                     "Read a text file in the workspace (first 64 KiB). The path is relative "
                     "to the workspace root, e.g. 'notes/todo.txt'."
                 ),
-                params_schema={
-                    "type": "object",
-                    "properties": {
-                        "path": {
-                            "type": "string",
-                            "description": "file path relative to the workspace root",
-                        }
-                    },
-                    "required": ["path"],
-                    "additionalProperties": False,
-                },
+                params_schema=string_params(path="file path relative to the workspace root"),
                 tier=Tier.FREE,
             ),
             read_file,

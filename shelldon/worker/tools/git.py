@@ -1,34 +1,28 @@
 """RISKY ``git``: a closed allowlist of git subcommands, run without a shell in the workspace.
 
-Three layers. ``check_git_args`` decides on the argument list alone: the first word must be an
-allowlisted subcommand (so no global flags at all: ``-c``, ``-C``, ``--git-dir``, ``-p``...);
-options that run programs, redirect the repository or read and write files outside the
-workspace are refused anywhere, including the abbreviations git accepts (``--upload-pa``) and
-their ``=value`` forms (``rev-parse --git-dir``, which only prints, is the one exact
-exception); transport-helper URLs (``ext::``, ``fd::``, any ``name::address``) are refused;
-path-shaped arguments must stay in the workspace.
+Three layers. ``check_git_args`` judges the argument list alone: an allowlisted subcommand
+first (so no global option: ``-c``, ``-C``, ``--git-dir``, ``-p``...); no option that runs a
+program, redirects the repository or reads or writes files outside the workspace, anywhere,
+in any abbreviation git accepts (``--upload-pa``) or ``=value`` form; no transport-helper URL
+(``ext::``, ``fd::``, any ``name::address``); no path-shaped argument outside the workspace.
 
-``git_env`` then runs git with an environment of its own choosing: nothing from outside (no
-``GIT_*`` variable), a fresh empty HOME whose only file is a pinned global config, no system
-config, and command-line-scope config (``GIT_CONFIG_COUNT``, which outranks the repository's
-own ``.git/config``) that points hooks at /dev/null, disables fsmonitor, pins editors, pagers,
-ssh and signing programs to harmless ones, ignores implicit bare repositories and allows only
-the https and file transports.
+``git_env`` gives git nothing from outside (``risky_env``: fresh HOME, no system config) plus
+command-line-scope config (``GIT_CONFIG_COUNT`` outranks the repository's own ``.git/config``)
+that turns off hooks and fsmonitor, pins editors, pagers, ssh and signing programs to harmless
+ones, and allows only the https and file transports.
 
 What env config cannot blank out (filter, diff and merge drivers, ``remote.*.uploadpack``, URL
-rewrites, includes, aliases: ``gitconfig.PROGRAM_KEYS``) is looked for before the run, in the
-repository's config as git reads it, in its attributes files, and in the config of any local
-repository a fetch or push talks to (``planted_findings``); the call is refused naming each.
-``prepare_git`` does all of this and returns the child to start, so whichever process runs the
-approved call starts exactly that.
+rewrites, includes, aliases: ``gitconfig.PROGRAM_KEYS``) is looked for before the run in the
+repository's config and attributes files, and in the config of any local repository a fetch or
+push talks to (``planted_findings``); the call is refused naming each. ``prepare_git`` returns
+the child to start, so whichever process runs the approved call starts exactly that.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,8 +37,8 @@ from shelldon.worker.tools.gitconfig import (
     repository_config,
     workspace_git_dir,
 )
-from shelldon.worker.tools.jail import resolve_in_jail
-from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
+from shelldon.worker.tools.jail import jail_path
+from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec, string_params
 from shelldon.worker.tools.risky_env import (
     NO_GIT_PROGRAMS,
     ChildRun,
@@ -160,15 +154,10 @@ def _check_path(
     workspace is refused). ``git mv -f x .git/config`` would otherwise replace the config."""
     if arg.startswith("/"):
         raise _refuse(arg, "absolute paths are not allowed; name files from the workspace")
-    for candidate in (arg, _inside(resolve_in_jail(workspace, arg, vault), workspace)):
+    for candidate in (arg, jail_path(workspace, arg, vault).inside):
         reason = git_control_reason(candidate, names)
         if reason:
             raise ToolError(reason)
-
-
-def _inside(real: Path, workspace: Path) -> PurePosixPath:
-    """``real`` relative to the workspace's real location."""
-    return PurePosixPath(real.relative_to(os.path.realpath(workspace)))
 
 
 def _check_url(arg: str) -> None:
@@ -315,8 +304,10 @@ def git_env(workspace: Path, home: Path) -> dict[str, str]:
     return risky_env(workspace, home, extra)
 
 
-NETWORK_SUBCOMMANDS = frozenset({"fetch", "pull", "push", "clone", "ls-remote", "remote"})
-"""Subcommands that talk to a remote: only these keep the network when approved."""
+# Subcommands that talk to another repository: only these keep the network when approved, and
+# a local one's upload-pack or receive-pack runs with its own config (git clears
+# GIT_CONFIG_COUNT for a local transport).
+REMOTE_SUBCOMMANDS = frozenset({"fetch", "pull", "push", "remote"})
 
 
 def talks_to_a_remote(call_args: dict[str, Any]) -> bool:
@@ -326,12 +317,7 @@ def talks_to_a_remote(call_args: dict[str, Any]) -> bool:
         words = shlex.split(args) if isinstance(args, str) else []
     except ValueError:
         return False
-    return bool(words) and words[0] in NETWORK_SUBCOMMANDS
-
-
-# Subcommands that talk to another repository, whose upload-pack or receive-pack then runs
-# with that repository's own config (git clears GIT_CONFIG_COUNT for a local transport).
-TALKING_SUBCOMMANDS = frozenset({"fetch", "pull", "push", "remote"})
+    return bool(words) and words[0] in REMOTE_SUBCOMMANDS
 
 
 def planted_findings(argv: list[str], workspace: Path, env: dict[str, str]) -> list[Finding]:
@@ -340,7 +326,7 @@ def planted_findings(argv: list[str], workspace: Path, env: dict[str, str]) -> l
     entries = repository_config(workspace, env)
     found = config_findings(entries, workspace, workspace, scopes=("local", "worktree"))
     found += attribute_findings(workspace, workspace_git_dir(workspace))
-    if argv[0] in TALKING_SUBCOMMANDS:
+    if argv[0] in REMOTE_SUBCOMMANDS:
         named = [arg for arg in argv[1:] if not arg.startswith("-")]
         found += local_remote_findings([*remote_urls(entries), *named], workspace, env)
     return found
@@ -367,26 +353,13 @@ def git(ctx: ToolContext, args: str) -> str:
         return run_child(ctx, prepare_git(ctx.workspace, ctx.vault, args, home))
 
 
-SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "args": {
-            "type": "string",
-            "description": "arguments after 'git', e.g. \"commit -m 'fix typo'\"",
-        },
-    },
-    "required": ["args"],
-    "additionalProperties": False,
-}
-
-
 def specs() -> list[ToolSpec]:
     """The git family: ``git`` (RISKY)."""
     allowed = ", ".join(sorted(ALLOWED_SUBCOMMANDS))
     definition = ToolDefinition(
         name="git",
         description=f"Run git in the workspace. Allowed subcommands: {allowed}.",
-        params_schema=SCHEMA,
+        params_schema=string_params(args="arguments after 'git', e.g. \"commit -m 'fix typo'\""),
         tier=Tier.RISKY,
     )
     return [ToolSpec(definition, git, network=talks_to_a_remote)]

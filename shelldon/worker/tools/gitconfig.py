@@ -8,15 +8,13 @@ The workspace is writable by every self-coded tool, so a tool can plant any of t
 tool pins what it can at command-line scope (``GIT_CONFIG_COUNT`` outranks every file); what
 it cannot blank out this module finds first and the call is refused, naming each file and key.
 
-``config_findings`` reads a repository's config as git itself reads it (``git config --list
---show-origin --show-scope -z --no-includes``, under the call's neutral environment: git's own
-parser, subsections, continuation lines and all, and ``include.path`` shows up as a key to
-refuse rather than being followed) and judges every key with ``program_key``. A local
-repository that a fetch or push talks to is read the same way (``local_remotes``): its
-``upload-pack`` or ``receive-pack`` runs with that repository's config. ``attribute_findings``
-reads every ``.gitattributes`` in the workspace and ``.git/info/attributes``: an attribute that
-names a filter, or a diff or merge driver that is not one of git's built-in ones, is refused
-too (the config half is refused above; naming the attribute says where the trap was laid).
+git itself reads the config (``git config --list --show-origin --show-scope -z --no-includes``
+under the call's neutral environment), so subsections and continuation lines mean what they
+mean to git, and ``include.path`` is a key to refuse rather than a file to follow. A local
+repository that a fetch or push talks to is read the same way: its ``upload-pack`` or
+``receive-pack`` runs with its own config. An attributes file that names a filter, or a diff or
+merge driver git does not have built in, is refused too (the config half is refused above;
+naming the attribute says where the trap was laid).
 """
 
 from __future__ import annotations
@@ -266,20 +264,17 @@ def _read_gitfile(path: Path) -> Path | None:
         return None
     if not text.startswith("gitdir:"):
         return None
-    target = Path(text[len("gitdir:") :].strip())
-    return target if target.is_absolute() else path.parent / target
+    return path.parent / text[len("gitdir:") :].strip()  # an absolute target replaces the parent
 
 
 def config_files_of(git_dir: Path) -> list[Path]:
     """The config files git reads for the repository at ``git_dir``: the common dir's
     ``config`` (a linked worktree's ``commondir`` says where that is) and ``config.worktree``."""
-    common = git_dir
     try:
-        pointer = (git_dir / "commondir").read_text().strip()
+        # An absolute pointer replaces git_dir when joined; an empty one leaves it.
+        common = git_dir / (git_dir / "commondir").read_text().strip()
     except OSError:
-        pointer = ""
-    if pointer:
-        common = Path(pointer) if os.path.isabs(pointer) else git_dir / pointer
+        common = git_dir
     files = [common / "config", git_dir / "config.worktree"]
     return [f for f in files if f.is_file()]
 
@@ -376,19 +371,10 @@ def attribute_files(workspace: Path, git_dir: Path | None) -> list[Path]:
     """Every ``.gitattributes`` under the workspace (not inside ``.git`` directories, no
     symlinked directory followed) and the repository's ``info/attributes``."""
     files = []
-    stack = [workspace]
-    while stack:
-        directory = stack.pop()
-        try:
-            with os.scandir(directory) as entries:
-                for entry in entries:
-                    if entry.is_dir(follow_symlinks=False):
-                        if entry.name != ".git":
-                            stack.append(Path(entry.path))
-                    elif entry.name == ".gitattributes":
-                        files.append(Path(entry.path))
-        except OSError:
-            continue
+    for directory, subdirs, names in os.walk(workspace):
+        subdirs[:] = [name for name in subdirs if name != ".git"]
+        if ".gitattributes" in names:
+            files.append(Path(directory, ".gitattributes"))
     if git_dir is not None:
         files.append(git_dir / "info" / "attributes")
     return files

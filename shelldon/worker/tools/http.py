@@ -17,14 +17,20 @@ import ipaddress
 import re
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from shelldon.contracts import Tier, ToolDefinition
-from shelldon.worker.tools.registry import ToolContext, ToolError, ToolFn, ToolSpec
+from shelldon.worker.tools.registry import (
+    ToolContext,
+    ToolError,
+    ToolFn,
+    ToolSpec,
+    string_params,
+)
 from shelldon.worker.tools.ssrf import (
     DEFAULT_POLICY,
     AddressPolicy,
@@ -80,11 +86,11 @@ async def system_resolve(host: str, port: int) -> list[IPAddress]:
     """Every address ``getaddrinfo`` gives for ``host`` (TCP); an empty list if none."""
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
-    found: list[IPAddress] = []
-    for family, _type, _proto, _name, sockaddr in infos:
-        if family in (socket.AF_INET, socket.AF_INET6):
-            found.append(ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0]))
-    return found
+    return [
+        ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
+        for family, _type, _proto, _name, sockaddr in infos
+        if family in (socket.AF_INET, socket.AF_INET6)
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,9 +203,8 @@ async def fetch(
     resolve: Resolve = system_resolve,
     max_bytes: int = 16000,
     timeout_s: float = 20.0,
-    max_redirects: int = MAX_REDIRECTS,
 ) -> Fetched:
-    """GET ``url`` following at most ``max_redirects`` redirects by hand, each one re-checked."""
+    """GET ``url`` following at most ``MAX_REDIRECTS`` redirects by hand, each one re-checked."""
     from yarl import URL
 
     deadline = time.monotonic() + timeout_s
@@ -208,7 +213,7 @@ async def fetch(
         current = URL(url)
     except (ValueError, TypeError) as exc:
         raise FetchRefused(f"not a valid URL {url!r}: {exc}") from None
-    for hop in range(max_redirects + 1):
+    for hop in range(MAX_REDIRECTS + 1):
         try:
             target = await check_target(current, policy, resolve, redirect=hop > 0)
         except HostRefused as exc:
@@ -227,7 +232,7 @@ async def fetch(
             current = current.join(URL(location))
         except (ValueError, TypeError) as exc:
             raise FetchRefused(f"redirect {hop + 1} has an invalid Location: {exc}") from None
-    raise FetchRefused(f"more than {max_redirects} redirects; stopped at {current}")
+    raise FetchRefused(f"more than {MAX_REDIRECTS} redirects; stopped at {current}")
 
 
 async def _one_hop(
@@ -298,29 +303,15 @@ def make_http_get(
     return http_get
 
 
-def _run(coro: Awaitable[Fetched]) -> Fetched:
+def _run(coro: Coroutine[Any, Any, Fetched]) -> Fetched:
     """Run the fetch to completion from synchronous tool code, on a fresh event loop (in a
     helper thread if the calling thread already runs one)."""
-
-    async def main() -> Fetched:
-        return await coro
-
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(main())
+        return asyncio.run(coro)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, main()).result()
-
-
-SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "url": {"type": "string", "description": "http:// or https:// URL to GET"},
-    },
-    "required": ["url"],
-    "additionalProperties": False,
-}
+        return pool.submit(asyncio.run, coro).result()
 
 
 def specs() -> list[ToolSpec]:
@@ -331,7 +322,7 @@ def specs() -> list[ToolSpec]:
             "GET an http(s) URL and return the status and the start of the body. Redirects are "
             "followed (at most 5) but never into private, loopback or link-local addresses."
         ),
-        params_schema=SCHEMA,
+        params_schema=string_params(url="http:// or https:// URL to GET"),
         tier=Tier.RISKY,
     )
     return [ToolSpec(definition, make_http_get(), network=lambda _args: True)]

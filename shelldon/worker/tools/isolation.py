@@ -3,15 +3,10 @@
 The worker holds what a tool must not touch: the channel to the service (a tool there could
 forge a ``ToolStarted`` naming another tool, a Job, a Result with a parked approval), the
 loop's state, its stdout (the service log), and the confinement code a resumed worker still
-has to run. So each call forks a ``Child`` that stays in the worker's process group (whoever
-kills the worker kills it) and dies with the worker (``PR_SET_PDEATHSIG``). Before the tool's
-code is even loaded it:
-
-- closes every descriptor but its reply pipe, with stdin on /dev/null and stdout and stderr
-  into one capped pipe the worker reads (fresh ``sys.stdout``/``sys.stderr`` over them);
-- imports the module from the hash-checked bytes (``load_module``) and calls ``run(**args)``;
-- writes one msgpack map on the reply pipe: ``{"ok": True, "text"}`` or ``{"ok": False,
-  "error"}``, then ``_exit``s.
+has to run. The child stays in the worker's process group (whoever kills the worker kills it)
+and dies with it (``PR_SET_PDEATHSIG``). Before the tool's code loads, it keeps no descriptor
+but its reply pipe and one capped pipe for stdout and stderr; it answers with one msgpack map,
+``{"ok": True, "text"}`` or ``{"ok": False, "error"}``.
 
 The worker treats every byte that comes back as hostile (the tool shares that child with the
 code that writes the reply): the reply is read within a cap and must decode to exactly that
@@ -159,23 +154,15 @@ def _child_main(
         if answer is None:
             try:
                 result = load().run(**args)
-                answer = {"ok": True, "text": _as_text(result)}
+                answer = {"ok": True, "text": result if isinstance(result, str) else str(result)}
             except BaseException as exc:  # a self-coded tool may raise anything, even exit
                 answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
             for stream in (sys.stdout, sys.stderr):  # what it printed goes before the answer
                 with contextlib.suppress(Exception):  # a tool may have closed or replaced it
                     stream.flush()
-        _answer(reply, answer)
+        data = memoryview(msgpack.packb(answer))
+        while data:
+            data = data[os.write(reply, data) :]
         code = 0
     finally:
         os._exit(code)
-
-
-def _answer(fd: int, answer: dict[str, Any]) -> None:
-    data = memoryview(msgpack.packb(answer))
-    while data:
-        data = data[os.write(fd, data) :]
-
-
-def _as_text(result: Any) -> str:
-    return result if isinstance(result, str) else str(result)

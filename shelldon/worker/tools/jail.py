@@ -7,11 +7,9 @@ workspace, outside the vault, not be credential-shaped, and not be a hard-linked
 symlink followed (``beneath.open_beneath``), so a directory swapped for a symlink after the
 judgement makes the open fail instead of escaping.
 
-``is_denied`` says which deny rule a path breaks (``DENY_RULES``: the vault, SSH and GnuPG
-directories, cloud and container credentials, .env and direnv files, netrc-style password
-files, SSH private keys, key and certificate files, and backup or editor copies of any of
-them), comparing names NFKC-normalized and case-folded. All are plain functions so the RISKY
-tools reuse them unchanged.
+``is_denied`` says which of ``DENY_RULES`` (credential files, and backup or editor copies of
+them) a path breaks, comparing names NFKC-normalized and case-folded. All are plain functions
+so the RISKY tools reuse them unchanged.
 """
 
 from __future__ import annotations
@@ -190,7 +188,6 @@ class Jailed:
     """A judged path: the workspace's real root and the resolved path beneath it (no symlink,
     no ``..``; ``.`` for the root itself)."""
 
-    requested: str
     root: Path
     inside: PurePosixPath
 
@@ -283,13 +280,12 @@ def jail_path(workspace: Path, path: str, vault: Path) -> Jailed:
     if reason is not None:
         raise ToolError(f"'{requested}' resolves to a refused file: {reason}")
     try:
-        info = os.stat(real)
+        refuse_hard_link(requested, os.stat(real))
     except FileNotFoundError:
-        return Jailed(requested, Path(root), PurePosixPath(inside))
+        pass
     except OSError as exc:
         raise ToolError(f"cannot inspect {requested!r}: {exc.strerror}") from None
-    refuse_hard_link(requested, info)
-    return Jailed(requested, Path(root), PurePosixPath(inside))
+    return Jailed(Path(root), PurePosixPath(inside))
 
 
 def resolve_in_jail(workspace: Path, path: str, vault: Path) -> Path:

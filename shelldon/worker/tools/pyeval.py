@@ -18,19 +18,18 @@ from __future__ import annotations
 import ast
 import math
 import os
-import select
 import signal
 import time
 import unicodedata
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import structlog
 
 from shelldon.contracts import Tier, ToolDefinition
-from shelldon.proc.child import Child, SpawnError
+from shelldon.proc.child import Child, SpawnError, readable
 from shelldon.proc.limits import ProcessLimits, apply_limits
-from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
+from shelldon.proc.output import Output
+from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec, string_params
 
 log = structlog.get_logger(__name__)
 
@@ -166,14 +165,6 @@ def check_expression(code: str) -> ast.Expression:
     return tree
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What the bounded child reported: ``ok`` with the rendered value, or an error text."""
-
-    ok: bool
-    text: str
-
-
 _OK, _ERR = b"K", b"E"
 
 
@@ -216,27 +207,6 @@ def _child(tree: ast.Expression, ctx: ToolContext, read_fd: int, write_fd: int) 
         os._exit(0)
 
 
-def _read_until(fd: int, deadline: float, max_bytes: int) -> tuple[bytes, bool]:
-    """Read ``fd`` to EOF; returns the bytes and whether the deadline (or the cap) cut it short."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return b"".join(chunks), True
-        if not poller.poll(remaining * 1000):
-            continue
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return b"".join(chunks), False
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > max_bytes:
-            return b"".join(chunks), True
-
-
 def _describe_death(code: int) -> str:
     """Why a child that sent nothing ended (``code`` negative: the signal that killed it)."""
     if code < 0:
@@ -250,8 +220,9 @@ def _describe_death(code: int) -> str:
     return "python_eval stopped: the evaluator exited without an answer"
 
 
-def evaluate_bounded(tree: ast.Expression, ctx: ToolContext) -> Outcome:
-    """Evaluate a checked expression in a forked child, bounded by ``ctx.eval_timeout_s``."""
+def evaluate_bounded(tree: ast.Expression, ctx: ToolContext) -> str:
+    """Evaluate a checked expression in a forked child, bounded by ``ctx.eval_timeout_s``;
+    raises ``ToolError`` with the expression's error or why the child stopped."""
     read_fd, write_fd = os.pipe()
     try:
         # In the worker's group: whoever kills the worker's group kills the evaluator too.
@@ -263,35 +234,41 @@ def evaluate_bounded(tree: ast.Expression, ctx: ToolContext) -> Outcome:
         raise ToolError(f"python_eval is unavailable right now ({exc})") from None
     os.close(write_fd)
     deadline = time.monotonic() + ctx.eval_timeout_s
+    # 4 bytes per character at most, plus the status byte and the cut note.
+    output = Output(read_fd, 4 * ctx.max_output_chars + 256)
     with child:  # killed, reaped and released however this block is left
         try:
-            # 4 bytes per character at most, plus the status byte and the cut note.
-            data, cut_short = _read_until(read_fd, deadline, 4 * ctx.max_output_chars + 256)
+            while not output.eof and not output.truncated:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                if readable(read_fd, left):
+                    output.drain()
+            cut_short = output.truncated or not output.eof
         finally:
-            os.close(read_fd)
+            output.close()
         if cut_short:
             child.kill()
         code = child.reap(block=True)
     if cut_short:
         log.info("python_eval_killed", timeout_s=ctx.eval_timeout_s)
-        return Outcome(
-            False,
+        raise ToolError(
             f"python_eval stopped: the expression ran past {ctx.eval_timeout_s:g} s "
-            "(or produced too much output); try a smaller computation",
+            "(or produced too much output); try a smaller computation"
         )
+    data = output.data()
     if not data:
-        return Outcome(False, _describe_death(code if code is not None else 0))
-    return Outcome(data[:1] == _OK, data[1:].decode("utf-8", errors="replace"))
+        raise ToolError(_describe_death(code if code is not None else 0))
+    text = data[1:].decode("utf-8", errors="replace")
+    if data[:1] != _OK:
+        raise ToolError(text)
+    return text
 
 
 def python_eval(ctx: ToolContext, code: str) -> str:
     """The ``repr`` of one restricted Python expression's value; refusals and errors raise
     ``ToolError`` so the model reads them as a failed result."""
-    tree = check_expression(code)
-    outcome = evaluate_bounded(tree, ctx)
-    if not outcome.ok:
-        raise ToolError(outcome.text)
-    return outcome.text
+    return evaluate_bounded(check_expression(code), ctx)
 
 
 def specs() -> list[ToolSpec]:
@@ -308,14 +285,7 @@ def specs() -> list[ToolSpec]:
                     "starting with '_' and str.format do not. "
                     "Bounded to a couple of seconds."
                 ),
-                params_schema={
-                    "type": "object",
-                    "properties": {
-                        "code": {"type": "string", "description": "one Python expression"}
-                    },
-                    "required": ["code"],
-                    "additionalProperties": False,
-                },
+                params_schema=string_params(code="one Python expression"),
                 tier=Tier.FREE,
             ),
             python_eval,

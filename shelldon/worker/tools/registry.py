@@ -127,12 +127,20 @@ def check_args(schema: dict[str, Any], args: dict[str, Any]) -> str | None:
         want = props.get(key, {}).get("type") if isinstance(props.get(key), dict) else None
         if not isinstance(want, str) or want not in _JSON_TYPES:
             continue
-        ok = isinstance(value, _JSON_TYPES[want])
-        if want in ("integer", "number") and isinstance(value, bool):
-            ok = False
-        if not ok:
+        bool_as_number = want in ("integer", "number") and isinstance(value, bool)
+        if bool_as_number or not isinstance(value, _JSON_TYPES[want]):
             return f"argument {key!r} must be {want}, got {type(value).__name__}"
     return None
+
+
+def string_params(**described: str) -> dict[str, Any]:
+    """A params schema of required string arguments, each with its description, and no others."""
+    return {
+        "type": "object",
+        "properties": {name: {"type": "string", "description": d} for name, d in described.items()},
+        "required": list(described),
+        "additionalProperties": False,
+    }
 
 
 def cap_output(text: str, limit: int) -> str:

@@ -3,16 +3,11 @@
 The workspace is writable by every self-coded tool, so nothing in it may be read as
 configuration by an approved call: with ``HOME`` in the workspace, a planted ``.curlrc``,
 ``.gitconfig``, ``~/.local/lib/python3.*/site-packages/*.pth`` or ``~/.ssh/config`` would run or
-steer the very command the owner approved. Each RISKY child therefore gets a home of its own,
-made empty for that one call and removed after it (``fresh_home``), and an environment built
-from nothing (``risky_env``): a PATH with absolute entries outside the workspace, that HOME (and
-a private TMPDIR in it), a UTF-8 locale, ``PYTHONNOUSERSITE=1``, and git pinned to the
-configuration in the home's ``gitconfig``: a git started by that child, or by a git it started
-(a local push runs ``receive-pack`` in the other repository, with ``GIT_CONFIG_COUNT`` cleared),
-still runs no hook and no fsmonitor.
-
-These are plain functions over paths and values, so whichever process runs the child (the
-worker today, a confined child of its own tomorrow) prepares the same environment.
+steer the very command the owner approved. Each RISKY child therefore gets a home made empty
+for that one call (``fresh_home``) and an environment built from nothing (``risky_env``). Git's
+settings are pinned in the home's ``gitconfig`` too, not only on the command line: a git started
+by a git (a local push runs ``receive-pack`` with ``GIT_CONFIG_COUNT`` cleared) still runs no
+hook and no fsmonitor. Plain functions, so whichever process runs the child prepares the same.
 """
 
 from __future__ import annotations
@@ -42,21 +37,21 @@ NO_GIT_PROGRAMS: tuple[tuple[str, str], ...] = (
 )
 
 
-def gitconfig_text(settings: tuple[tuple[str, str], ...] = NO_GIT_PROGRAMS) -> str:
-    """``settings`` in git config file syntax (one section per key; values are our constants)."""
+def gitconfig_text() -> str:
+    """``NO_GIT_PROGRAMS`` in git config file syntax (one section per key; our own values)."""
     lines = []
-    for key, value in settings:
+    for key, value in NO_GIT_PROGRAMS:
         section, _, name = key.rpartition(".")
         lines.append(f"[{section}]\n\t{name} = {value}\n")
     return "".join(lines)
 
 
 @contextlib.contextmanager
-def fresh_home(parent: Path | None = None) -> Iterator[Path]:
-    """A new empty directory (mode 0700, under ``parent`` or the system temp dir) to be one
-    call's HOME, holding only git's pinned ``gitconfig`` and an empty ``tmp``; removed, with
-    whatever the call left in it, when the block ends."""
-    home = Path(tempfile.mkdtemp(prefix=HOME_PREFIX, dir=parent))
+def fresh_home() -> Iterator[Path]:
+    """A new directory (mode 0700, in the system temp dir) to be one call's HOME, holding only
+    git's pinned ``gitconfig`` and an empty ``tmp``; removed, with whatever the call left in it,
+    when the block ends."""
+    home = Path(tempfile.mkdtemp(prefix=HOME_PREFIX))
     try:
         (home / GITCONFIG_NAME).write_text(gitconfig_text())
         (home / "tmp").mkdir(mode=0o700)

@@ -1,19 +1,14 @@
 """Discovery of live self-coded tools, run in each forked worker at the start of a turn.
 
-The live tools come from ``<home>/toolbox/live/manifest.json``, which the toolbox writes from
-the owner's approvals (the store's ``approved_tools``) at every promote, quarantine, restore
-and start-up. The worker cannot reach the store, and the toolbox is read-only to it under
-either filesystem layer, so that file — written only by the service, in a directory only the
-service can write — is how the approved hashes reach discovery: one JSON read per turn, no
-module imported. Each entry becomes a FREE ``ToolSpec(self_coded=True)`` whose function
-imports the module only when the model calls it, from bytes read once (no link, no special
-file) whose sha256 must equal the approved hash, under a unique module name; it checks the
-convention and calls ``run(**args)``.
-Bytes that differ are never executed: the call fails (a strike), so a file changed after the
-manifest was written cannot run either. Entries the manifest marks tampered are skipped and
-logged, and so are broken ones (they never run, so they are no call's failure); files in
-``live/`` it does not list are ignored and logged. A missing or corrupt manifest means no
-self-coded tools (logged) until the toolbox writes it again: nothing found on disk is offered.
+The worker cannot reach the store, and the toolbox is read-only to it, so the approved hashes
+reach discovery through ``<home>/toolbox/live/manifest.json``, which only the service writes
+(at every promote, quarantine, restore and start-up): one JSON read per turn, no module
+imported. Each entry becomes a FREE ``ToolSpec(self_coded=True)`` whose module is imported
+only when the model calls it, in a child (``isolation``), from bytes read once whose sha256
+must equal the approved hash: bytes that differ never run (the call fails, a strike). Entries
+the manifest marks tampered or broken are skipped and logged (they never run, so they are no
+call's failure); files it does not list are ignored and logged; a missing or corrupt manifest
+means no self-coded tools: nothing found on disk is offered.
 
 Where no filesystem layer is in force (``ToolContext.selfcoded_off``), nothing is discovered;
 and a self-coded tool refuses to run in a process whose filesystem layer is not on
@@ -43,7 +38,6 @@ from shelldon.proc import sandbox
 from shelldon.toolbox.manifest import (
     MANIFEST_NAME,
     Manifest,
-    ManifestEntry,
     ManifestError,
     code_hash,
     parse_manifest,
@@ -60,11 +54,6 @@ MODULE_PREFIX = "shelldon_selfcoded_"
 class SelfCodedToolError(Exception):
     """A self-coded module could not be loaded or breaks the convention (a strike, not a
     ``ToolError``: the tool itself is at fault)."""
-
-
-def live_tools_dir(ctx: ToolContext) -> Path | None:
-    """Where live self-coded tools are (``<home>/toolbox/live``); None: nowhere."""
-    return ctx.live_tools
 
 
 def load_module(path: Path, expected_hash: str) -> ModuleType:
@@ -137,11 +126,6 @@ def _tool_fn(tools_dir: Path, file: str, expected_hash: str) -> ToolFn:
     return call
 
 
-def _spec(tools_dir: Path, entry: ManifestEntry) -> ToolSpec:
-    definition = ToolDefinition(entry.name, entry.description, entry.params_schema, Tier.FREE)
-    return ToolSpec(definition, _tool_fn(tools_dir, entry.file, entry.code_hash), self_coded=True)
-
-
 def _load_manifest(tools_dir: Path, raw: bytes | None) -> Manifest | None:
     """The manifest the toolbox wrote, or None (logged) when it is missing or corrupt: then no
     self-coded tool is offered, whatever the directory holds."""
@@ -187,12 +171,9 @@ class Discovery:
         self.seen: _Seen | None = None
         self.told_off = False  # said once: the start log and doctor say it too
 
+    @_gc_paused()
     def __call__(self, ctx: ToolContext) -> list[ToolSpec]:
-        with _gc_paused():
-            return self._discover(ctx)
-
-    def _discover(self, ctx: ToolContext) -> list[ToolSpec]:
-        tools_dir = live_tools_dir(ctx)
+        tools_dir = ctx.live_tools
         if tools_dir is None:
             return []
         if ctx.selfcoded_off:
@@ -204,13 +185,7 @@ class Discovery:
         if raw is None and not on_disk:
             return []  # an empty toolbox (nothing promoted yet): nothing to read, nothing wrong
         seen = self.seen
-        if (
-            seen is not None
-            and raw is not None
-            and seen.raw == raw
-            and seen.on_disk == on_disk
-            and seen.tools_dir == tools_dir
-        ):
+        if seen and (seen.tools_dir, seen.raw, seen.on_disk) == (tools_dir, raw, on_disk):
             return list(seen.specs)
         manifest = _load_manifest(tools_dir, raw)
         if manifest is None:
@@ -234,10 +209,10 @@ made cannot read it once it is), the live manifest's bytes (None: no manifest) a
 
 
 def toolbox_fingerprint(ctx: ToolContext) -> Fingerprint:
-    """The inputs discovery builds the live toolbox from, as ``_discover`` reads them: equal
+    """The inputs discovery builds the live toolbox from, as ``Discovery`` reads them: equal
     fingerprints give equal discovery results. A worker forked ahead of its turn compares it to
     decide whether its registry is stale. Raises ``OSError`` as ``discover``."""
-    tools_dir = live_tools_dir(ctx)
+    tools_dir = ctx.live_tools
     if tools_dir is None or ctx.selfcoded_off:
         return False, None, frozenset()
     return tools_dir.is_dir(), *_read_inputs(tools_dir)
@@ -269,7 +244,9 @@ def _build(tools_dir: Path, manifest: Manifest, on_disk: frozenset[str]) -> list
         if entry.file not in on_disk:
             log.warning("selfcoded_module_missing", tool=entry.name, file=entry.file)
             continue
-        specs.append(_spec(tools_dir, entry))
+        definition = ToolDefinition(entry.name, entry.description, entry.params_schema, Tier.FREE)
+        fn = _tool_fn(tools_dir, entry.file, entry.code_hash)
+        specs.append(ToolSpec(definition, fn, self_coded=True))
     for broken in manifest.broken:
         listed.add(broken.file)
         if broken.file in on_disk:
@@ -282,14 +259,3 @@ def _build(tools_dir: Path, manifest: Manifest, on_disk: frozenset[str]) -> list
     if unlisted:
         log.warning("selfcoded_modules_not_in_manifest", files=unlisted[:20], count=len(unlisted))
     return specs
-
-
-__all__ = [
-    "MANIFEST_NAME",
-    "SelfCodedToolError",
-    "confinement_refusal",
-    "discover",
-    "live_tools_dir",
-    "load_module",
-    "toolbox_fingerprint",
-]

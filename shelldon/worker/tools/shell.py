@@ -1,15 +1,12 @@
 """RISKY ``run_shell``, and ``run_bounded``: the runner every spawned tool child goes through.
 
-``run_bounded`` starts the program as a ``shelldon.proc.child.Child`` (its own session and
-process group, the RLIMIT preexec, stdin on /dev/null, stdout and stderr into one pipe read with
-a byte cap). When the child exits (or its deadline passes: TERM, a short grace, then KILL) the
-whole group is SIGKILLed, and then every descendant that escaped the group (``setsid``, double
-forks, daemons) is found and killed too: the caller is made a child subreaper, so orphans are
-re-parented to it instead of to init, and ``/proc/*/stat`` shows who they are. Everything it
-started is reaped before it returns.
-
-Descendants the caller already had when a run started are left alone; anything new is the
-run's. So one process runs one ``run_bounded`` at a time, as the worker runs its tools.
+``run_bounded`` runs the program as a ``Child`` in its own process group under RLIMITs, stdin
+on /dev/null, stdout and stderr into one capped pipe. When it exits or its deadline passes
+(TERM, a short grace, KILL), the whole group is killed, and so is every descendant that escaped
+it (``setsid``, double forks, daemons): the caller is made a child subreaper, so orphans are
+re-parented to it instead of to init, and ``/proc/*/stat`` shows who they are. Everything is
+reaped before it returns. Descendants the caller had before the run are left alone and anything
+new is the run's, so one process runs one ``run_bounded`` at a time, as the worker runs tools.
 """
 
 from __future__ import annotations
@@ -21,7 +18,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import structlog
 
@@ -32,7 +28,7 @@ from shelldon.proc.output import Output
 from shelldon.proc.sweep import snapshot, sweep_descendants
 from shelldon.proc.ties import become_subreaper
 from shelldon.worker.tools.gitconfig import config_findings, refusal, repository_config
-from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
+from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec, string_params
 from shelldon.worker.tools.risky_env import ChildRun, fresh_home, risky_env
 
 log = structlog.get_logger(__name__)
@@ -48,7 +44,6 @@ class RunOutcome:
     output: bytes
     truncated: bool
     timed_out: bool
-    swept: int  # descendants killed after they left the process group
 
 
 def run_bounded(
@@ -59,17 +54,12 @@ def run_bounded(
     *,
     max_output_bytes: int = 16000,
     env: Mapping[str, str] | None = None,
-    sweep: bool = True,
 ) -> RunOutcome:
-    """Run ``argv`` to completion or deadline; return its status and capped output.
-
-    With ``sweep`` (the default) the caller becomes a child subreaper and every descendant the
-    run left behind is killed and reaped before returning. Raises ``OSError`` if the program
-    cannot be started.
-    """
-    if sweep:
-        become_subreaper()
-    before = snapshot() if sweep else frozenset()
+    """Run ``argv`` to completion or deadline; return its status and capped output. The caller
+    becomes a child subreaper, and every descendant the run left behind is killed and reaped
+    before returning. Raises ``OSError`` if the program cannot be started."""
+    become_subreaper()
+    before = snapshot()
     child = Child.spawn(
         argv,
         cwd=cwd,
@@ -79,7 +69,6 @@ def run_bounded(
     )
     output = child.output
     assert output is not None
-    swept = 0
     with child:
         timed_out = not _pump(child, output, time.monotonic() + timeout_s)
         if timed_out:
@@ -88,8 +77,7 @@ def run_bounded(
         # Normal exit or not: nothing of the group may outlive the call.
         child.kill()
         child.reap(block=True)
-        if sweep:
-            swept = sweep_descendants(before)
+        swept = sweep_descendants(before)
         # Every writer is dead now, so the pipe reaches EOF promptly.
         end = time.monotonic() + 1.0
         while not output.eof and time.monotonic() < end:
@@ -98,7 +86,7 @@ def run_bounded(
     if swept:
         log.info("shell_descendants_swept", count=swept, argv0=argv[0])
     code = None if timed_out else child.exit_code
-    return RunOutcome(code, output.data(), output.truncated, timed_out, swept)
+    return RunOutcome(code, output.data(), output.truncated, timed_out)
 
 
 def _pump(child: Child, output: Output, deadline: float) -> bool:
@@ -118,11 +106,6 @@ def _pump(child: Child, output: Output, deadline: float) -> bool:
                 if output.eof:
                     poller.unregister(fd)
     return True
-
-
-def limits_of(ctx: ToolContext) -> ProcessLimits:
-    """The RLIMITs a tool child runs under."""
-    return ProcessLimits(address_space_mb=ctx.rlimit_as_mb, cpu_s=ctx.rlimit_cpu_s)
 
 
 def render(outcome: RunOutcome, cap: int) -> str:
@@ -169,7 +152,7 @@ def run_child(ctx: ToolContext, run: ChildRun) -> str:
             run.argv,
             ctx.workspace,
             ctx.shell_timeout_s,
-            limits_of(ctx),
+            ProcessLimits(address_space_mb=ctx.rlimit_as_mb, cpu_s=ctx.rlimit_cpu_s),
             max_output_bytes=ctx.max_output_chars,
             env=run.env,
         )
@@ -186,19 +169,6 @@ def run_child(ctx: ToolContext, run: ChildRun) -> str:
     return text or "(no output)"
 
 
-SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "command": {
-            "type": "string",
-            "description": "a /bin/sh command line, run in the workspace",
-        },
-    },
-    "required": ["command"],
-    "additionalProperties": False,
-}
-
-
 def specs() -> list[ToolSpec]:
     """The shell family: ``run_shell`` (RISKY)."""
     definition = ToolDefinition(
@@ -207,7 +177,7 @@ def specs() -> list[ToolSpec]:
             "Run a /bin/sh command line in the workspace (stdin empty, output capped, time-"
             "limited). Background processes are killed when the command returns."
         ),
-        params_schema=SCHEMA,
+        params_schema=string_params(command="a /bin/sh command line, run in the workspace"),
         tier=Tier.RISKY,
     )
     # An approved command line may fetch (the README says what run_shell may reach).

@@ -74,7 +74,7 @@ SPECIAL_RANGES_V4: tuple[SpecialRange, ...] = (
 
 # IANA IPv6 Special-Purpose Address Registry (RFC 6890, 6052, 8215, 9602, 9637) plus multicast
 # and the deprecated site-local block. Anything outside 2000::/3 is reserved by the IETF and is
-# treated as internal (see ``_v6_unallocated``).
+# treated as internal (see ``classify``).
 SPECIAL_RANGES_V6: tuple[SpecialRange, ...] = (
     _row("::/128", "unspecified", N),
     _row("::1/128", "loopback", N),
@@ -120,13 +120,8 @@ class HostRefused(ValueError):
 
 def _most_specific(address: IPAddress) -> SpecialRange | None:
     table = SPECIAL_RANGES_V4 if address.version == 4 else SPECIAL_RANGES_V6
-    best: SpecialRange | None = None
-    for row in table:
-        if address in row.network and (
-            best is None or row.network.prefixlen > best.network.prefixlen
-        ):
-            best = row
-    return best
+    rows = [row for row in table if address in row.network]
+    return max(rows, key=lambda row: row.network.prefixlen, default=None)
 
 
 def embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, ...]:
@@ -135,9 +130,8 @@ def embedded_ipv4(address: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address
     low32 = ipaddress.IPv4Address(value & 0xFFFFFFFF)
     row = _most_specific(address)
     if row is None or row.reach is not Reach.CARRIER:
-        if address in _NAT64_LOCAL:  # local-use NAT64 also carries an IPv4 in its low bits
-            return (low32,)
-        return ()
+        # Local-use NAT64 also carries an IPv4 in its low bits.
+        return (low32,) if address in _NAT64_LOCAL else ()
     if row.name == "6to4":
         return (ipaddress.IPv4Address((value >> 80) & 0xFFFFFFFF),)
     if row.name == "Teredo":
@@ -229,10 +223,10 @@ def normalize_host(host: str) -> str | IPAddress:
 
 @dataclass(frozen=True, slots=True)
 class AddressPolicy:
-    """What a fetch may reach. ``exempt`` lists (address, port) pairs allowed regardless of the
-    table: empty in production; a test uses it to let one loopback fake server through."""
+    """What a fetch may reach: internal space only on the URL the owner approved. ``exempt``
+    lists (address, port) pairs allowed regardless of the table: empty in production; a test
+    uses it to let one loopback fake server through."""
 
-    allow_internal_first_hop: bool = True
     exempt: frozenset[tuple[IPAddress, int]] = frozenset()
 
     def check(self, address: IPAddress, port: int, *, redirect: bool) -> Verdict:
@@ -242,9 +236,10 @@ class AddressPolicy:
             return verdict
         if verdict.reach is Reach.NEVER:
             raise HostRefused(f"{address} is refused: {verdict.reason} is never fetched")
-        if verdict.reach is Reach.INTERNAL and (redirect or not self.allow_internal_first_hop):
-            where = "a redirect may not lead into" if redirect else "policy refuses"
-            raise HostRefused(f"{address} is refused: {where} {verdict.reason} space")
+        if verdict.reach is Reach.INTERNAL and redirect:
+            raise HostRefused(
+                f"{address} is refused: a redirect may not lead into {verdict.reason} space"
+            )
         return verdict
 
 

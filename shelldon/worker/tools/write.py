@@ -9,12 +9,11 @@ define, and before every approved git call the git tool refuses both a config th
 and an attributes file that names one (``gitconfig``), so a written ``.gitattributes`` arms
 nothing.
 
-The path is resolved like every file tool's (a symlink that stays inside the workspace is
-followed, and its resolved target is what the deny list and the git rules judge), and the write
-goes to that resolved file: to a temp file in its directory, fsynced, then renamed over it, and
-the directory fsynced: a crash leaves the old file or the new one, never half of one. The
-directory is opened beneath the workspace with no symlink followed (``make_dirs_beneath``), so a
-symlink swapped in after the jail's judgement cannot redirect the write.
+A symlink that stays inside the workspace is followed: its resolved target is what the deny
+list and the git rules judge, and what is replaced (a temp file in its directory, fsynced,
+renamed over it, the directory fsynced: a crash leaves the old file or the new one, never half
+of one). The directory is opened beneath the workspace with no symlink followed
+(``make_dirs_beneath``), so a symlink swapped in after the jail's judgement cannot redirect it.
 """
 
 from __future__ import annotations
@@ -26,12 +25,11 @@ import secrets
 import stat
 import unicodedata
 from pathlib import PurePath, PurePosixPath
-from typing import Any
 
 from shelldon.contracts import Tier, ToolDefinition
 from shelldon.worker.tools.beneath import make_dirs_beneath
 from shelldon.worker.tools.jail import jail_path
-from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec
+from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec, string_params
 
 WRITE_CAP_BYTES = 64 * 1024
 
@@ -136,17 +134,6 @@ def _replace(name: str, data: bytes, dir_fd: int) -> None:
     os.fsync(dir_fd)
 
 
-SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "path": {"type": "string", "description": "file path relative to the workspace root"},
-        "content": {"type": "string", "description": "the whole new text of the file"},
-    },
-    "required": ["path", "content"],
-    "additionalProperties": False,
-}
-
-
 def specs() -> list[ToolSpec]:
     """The write family: ``write_file`` (RISKY)."""
     definition = ToolDefinition(
@@ -155,7 +142,10 @@ def specs() -> list[ToolSpec]:
             "Create or replace a text file in the workspace (at most 64 KiB; parent directories "
             "are created). Git's control files (.git/, .gitmodules) are refused."
         ),
-        params_schema=SCHEMA,
+        params_schema=string_params(
+            path="file path relative to the workspace root",
+            content="the whole new text of the file",
+        ),
         tier=Tier.RISKY,
     )
     return [ToolSpec(definition, write_file)]

@@ -176,15 +176,13 @@ def test_run_shell_is_risky_and_refused_unapproved(home: Path) -> None:
     assert not (home / "workspace" / "x").exists()
 
 
-def _bounded_without_sweep(cwd: Path) -> tuple[int | None, bytes, bool]:
-    outcome = run_bounded(
-        ["/bin/sh", "-c", "echo $$; echo out; echo err >&2"], cwd, 5, LIMITS, sweep=False
-    )
+def _bounded_echo(cwd: Path) -> tuple[int | None, bytes, bool]:
+    outcome = run_bounded(["/bin/sh", "-c", "echo $$; echo out; echo err >&2"], cwd, 5, LIMITS)
     return outcome.returncode, outcome.output, _alive(int(outcome.output.split()[0]))
 
 
 def test_run_bounded_merges_stderr_and_reaps_the_child(tmp_path: Path) -> None:
-    code, output, alive = _bounded_without_sweep(tmp_path)
+    code, output, alive = run_in_fork(_bounded_echo, tmp_path)
     assert code == 0
     assert output.split()[1:] == [b"out", b"err"]
     assert not alive
