@@ -70,7 +70,6 @@ def _adapter(
     provider: str, model: str, base_url: str, api_key: str | None, settings: Settings
 ) -> Provider:
     """The adapter for ``provider``; its module (and SDK) is imported here, not before."""
-    timeout_s = settings.limits.turn_timeout_s
     max_tokens = settings.brain.max_tokens
     if provider == "anthropic":
         from shelldon.broker.anthropic_provider import AnthropicProvider
@@ -81,7 +80,6 @@ def _adapter(
             model=model,
             max_tokens=max_tokens,
             base_url=base_url,
-            default_timeout_s=timeout_s,
         )
     from shelldon.broker.openai_provider import DEFAULT_BASE_URL, OpenAIProvider
 
@@ -90,5 +88,4 @@ def _adapter(
         model=model,
         max_tokens=max_tokens,
         base_url=base_url or DEFAULT_BASE_URL,
-        default_timeout_s=timeout_s,
     )

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -285,14 +284,12 @@ class AnthropicProvider:
         model: str,
         max_tokens: int,
         base_url: str = "",
-        default_timeout_s: float = 60.0,
         backoff: Backoff | None = None,
     ) -> None:
         self._api_key = api_key
         self.model = model
         self.max_tokens = max_tokens
         self.base_url = base_url
-        self.default_timeout_s = default_timeout_s
         self.backoff = backoff or Backoff()
         self._client: anthropic.AsyncAnthropic | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
@@ -308,15 +305,9 @@ class AnthropicProvider:
                 api_key=self._api_key,
                 base_url=self.base_url or None,
                 max_retries=0,
-                timeout=self.default_timeout_s,
             )
             self._client_loop = loop
         return self._client
-
-    async def complete(self, messages: Sequence[Message]) -> str:
-        """Plain text answer to ``messages``, within ``default_timeout_s``."""
-        deadline = time.monotonic() + self.default_timeout_s
-        return (await self.complete_with_tools(messages, (), deadline=deadline)).text
 
     async def complete_with_tools(
         self, messages: Sequence[Message], tools: Sequence[ToolDefinition], *, deadline: float

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -274,14 +273,12 @@ class OpenAIProvider:
         model: str,
         max_tokens: int,
         base_url: str = DEFAULT_BASE_URL,
-        default_timeout_s: float = 60.0,
         backoff: Backoff | None = None,
     ) -> None:
         self._api_key = api_key or None
         self.model = model
         self.max_tokens = max_tokens
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
-        self.default_timeout_s = default_timeout_s
         self.backoff = backoff or Backoff()
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
@@ -317,11 +314,6 @@ class OpenAIProvider:
             request["tools"] = wire_tools
             request["tool_choice"] = "auto"
         return request
-
-    async def complete(self, messages: Sequence[Message]) -> str:
-        """Plain text answer to ``messages``, within ``default_timeout_s``."""
-        deadline = time.monotonic() + self.default_timeout_s
-        return (await self.complete_with_tools(messages, (), deadline=deadline)).text
 
     async def complete_with_tools(
         self, messages: Sequence[Message], tools: Sequence[ToolDefinition], *, deadline: float

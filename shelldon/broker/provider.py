@@ -81,10 +81,6 @@ class ProviderError(Exception):
 class Provider(Protocol):
     """A model reached over its native wire format, speaking only shelldon's contracts."""
 
-    async def complete(self, messages: Sequence[Message]) -> str:
-        """Plain text answer to ``messages`` (no tools), within the provider's default timeout."""
-        ...
-
     async def complete_with_tools(
         self, messages: Sequence[Message], tools: Sequence[ToolDefinition], *, deadline: float
     ) -> Completion:

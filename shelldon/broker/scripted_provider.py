@@ -197,10 +197,6 @@ class ScriptedProvider:
         self._next_id += 1
         return f"script_{self._next_id}"
 
-    async def complete(self, messages: Sequence[Message]) -> str:
-        """The text of the next scripted answer."""
-        return (await self.complete_with_tools(messages, (), deadline=float("inf"))).text
-
     async def complete_with_tools(
         self, messages: Sequence[Message], tools: Sequence[ToolDefinition], *, deadline: float
     ) -> Completion:

@@ -136,9 +136,3 @@ def test_missing_or_broken_script_files_say_what_is_wrong(tmp_path: Path) -> Non
     broken.write_text("[{")
     with pytest.raises(ScriptError, match="not valid JSON"):
         load_script(broken)
-
-
-def test_complete_returns_the_next_text() -> None:
-    provider = ScriptedProvider(parse_script([{"text": "only text"}]))
-    assert asyncio.run(provider.complete([Message(Role.USER, "hi")])) == "only text"
-    asyncio.run(provider.aclose())
