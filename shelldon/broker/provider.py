@@ -136,16 +136,6 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
     return seconds
 
 
-def remaining_budget(deadline: float, clock: Callable[[], float] = time.monotonic) -> float:
-    """Seconds left until ``deadline``; raises a timeout ``ProviderError`` when too few remain."""
-    left = deadline - clock()
-    if left < MIN_ATTEMPT_S:
-        raise ProviderError(
-            "timeout", f"no time left for a model call ({max(left, 0.0):.2f}s of the turn remain)"
-        )
-    return left
-
-
 async def complete_logged(
     attempt: Callable[[float], Awaitable[Completion]],
     *,
@@ -185,42 +175,49 @@ async def call_with_retries(
     backoff. ``timeout_s`` is what remains of ``deadline``; no sleep or attempt crosses it."""
     retry = 0
     while True:
-        timeout_s = remaining_budget(deadline, clock)
+        left = deadline - clock()
+        if left < MIN_ATTEMPT_S:
+            raise ProviderError(
+                "timeout",
+                f"no time left for a model call ({max(left, 0.0):.2f}s of the turn remain)",
+            )
         try:
-            return await attempt(timeout_s)
+            return await attempt(left)
         except ProviderError as err:
+            attempts = retry + 1
             if not err.retryable:
-                log.warning("provider.failed", what=what, kind=err.kind, attempts=retry + 1)
+                log.warning("provider.failed", what=what, kind=err.kind, attempts=attempts)
                 raise
             left = deadline - clock()
-            if err.retry_after is not None and err.retry_after >= left - MIN_ATTEMPT_S:
-                log.warning(
-                    "provider.gave_up", what=what, kind=err.kind, retry_after_s=err.retry_after
-                )
-                raise ProviderError(
-                    err.kind,
-                    f"{err.message}; the provider asks to wait {err.retry_after:.1f}s but only "
-                    f"{max(left, 0.0):.1f}s of the turn remain, so this turn gives up now",
-                    err.retry_after,
-                ) from err
-            if retry + 1 >= backoff.max_attempts:
-                log.warning("provider.gave_up", what=what, kind=err.kind, attempts=retry + 1)
-                raise ProviderError(
-                    err.kind, f"{err.message} (gave up after {retry + 1} attempts)", err.retry_after
-                ) from err
             delay = max(backoff.delay(retry, rand()), err.retry_after or 0.0)
-            if delay >= left - MIN_ATTEMPT_S:
-                log.warning("provider.gave_up", what=what, kind=err.kind, attempts=retry + 1)
-                raise ProviderError(
-                    err.kind,
-                    f"{err.message} (no time left in the turn to retry after {retry + 1} attempts)",
-                    err.retry_after,
-                ) from err
-            log.info(
-                "provider.retry", what=what, kind=err.kind, retry=retry + 1, delay_s=round(delay, 3)
+            if err.retry_after is not None and err.retry_after >= left - MIN_ATTEMPT_S:
+                why = (
+                    f"; the provider asks to wait {err.retry_after:.1f}s but only "
+                    f"{max(left, 0.0):.1f}s of the turn remain, so this turn gives up now"
+                )
+            elif attempts >= backoff.max_attempts:
+                why = f" (gave up after {attempts} attempts)"
+            elif delay >= left - MIN_ATTEMPT_S:
+                why = f" (no time left in the turn to retry after {attempts} attempts)"
+            else:
+                log.info(
+                    "provider.retry",
+                    what=what,
+                    kind=err.kind,
+                    retry=attempts,
+                    delay_s=round(delay, 3),
+                )
+                await sleep(delay)
+                retry += 1
+                continue
+            log.warning(
+                "provider.gave_up",
+                what=what,
+                kind=err.kind,
+                attempts=attempts,
+                retry_after_s=err.retry_after,
             )
-            await sleep(delay)
-            retry += 1
+            raise ProviderError(err.kind, err.message + why, err.retry_after) from err
 
 
 def scrub(text: str, secret: str | None) -> str:
