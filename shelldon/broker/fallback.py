@@ -51,11 +51,6 @@ WHY = {
 """How the owner's note says why the main provider was left."""
 
 
-def switches(err: ProviderError) -> bool:
-    """Whether ``err`` from the main provider sends the turn to the fallback."""
-    return err.kind in SWITCH_KINDS
-
-
 def fallback_note(fallback: tuple[str, str], main: str, kind: str) -> str:
     """The one line the owner reads under a reply the fallback answered."""
     provider, model = fallback
@@ -87,7 +82,6 @@ class Failover:
         brain: tuple[str, str],
         make_fallback: Callable[[], Provider] | None = None,
         fallback_brain: tuple[str, str] = ("", ""),
-        clock: Callable[[], float] = time.monotonic,
         *,
         fallback_sees: bool = False,
     ) -> None:
@@ -97,7 +91,6 @@ class Failover:
         self.fallback_brain = fallback_brain
         self.fallback: Provider | None = None
         self.fallback_sees = fallback_sees
-        self.clock = clock
         self.switched: tuple[tuple[str, float], str] | None = None  # (turn run, why), the latest
 
     async def answer(self, job: Job) -> Answered:
@@ -111,9 +104,9 @@ class Failover:
                 job.messages, job.tools, deadline=job.deadline
             )
         except ProviderError as err:
-            if self.make_fallback is None or not switches(err):
+            if self.make_fallback is None or err.kind not in SWITCH_KINDS:
                 raise
-            if job.deadline - self.clock() < MIN_ATTEMPT_S:
+            if job.deadline - time.monotonic() < MIN_ATTEMPT_S:
                 # Nothing is left of the turn: the fallback is not asked after its deadline.
                 log.warning("provider.fallback_too_late", turn_id=job.turn_id, kind=err.kind)
                 raise
