@@ -25,6 +25,7 @@ from shelldon.broker.provider import (
     ProviderError,
     clip,
     complete_logged,
+    object_schema,
     parse_retry_after,
     scrub,
 )
@@ -105,7 +106,6 @@ ERROR_KINDS: tuple[tuple[type[BaseException], str], ...] = tuple(
 """Every exception class the SDK exports, mapped to a ``ProviderError`` kind; a test holds
 that none is missing and none is shadowed by an earlier, more general entry."""
 
-EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 HISTORY_GAP = "(earlier conversation omitted)"
 
 
@@ -225,9 +225,7 @@ def to_anthropic(
         {
             "name": tool.name,
             "description": tool.description,
-            "input_schema": {"type": "object", **tool.params_schema}
-            if tool.params_schema
-            else dict(EMPTY_SCHEMA),
+            "input_schema": object_schema(tool.params_schema),
         }
         for tool in tools
     ]

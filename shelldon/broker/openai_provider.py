@@ -31,6 +31,7 @@ from shelldon.broker.provider import (
     ProviderError,
     clip,
     complete_logged,
+    object_schema,
     parse_retry_after,
     scrub,
 )
@@ -40,7 +41,6 @@ from shelldon.contracts import Completion, Message, Role, ToolCall, ToolDefiniti
 log = structlog.get_logger(__name__)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 ERROR_PREFIX = "ERROR: "
 
 CLIENT_ERROR_KINDS: tuple[tuple[type[BaseException], str], ...] = (
@@ -170,9 +170,7 @@ def to_openai(
             "function": {
                 "name": tool.name,
                 "description": tool.description,
-                "parameters": {"type": "object", **tool.params_schema}
-                if tool.params_schema
-                else dict(EMPTY_SCHEMA),
+                "parameters": object_schema(tool.params_schema),
             },
         }
         for tool in tools

@@ -23,7 +23,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import structlog
 
@@ -218,6 +218,13 @@ async def call_with_retries(
                 retry_after_s=err.retry_after,
             )
             raise ProviderError(err.kind, err.message + why, err.retry_after) from err
+
+
+def object_schema(params_schema: dict[str, Any]) -> dict[str, Any]:
+    """A tool's arguments schema as the APIs take it: always a JSON object, never empty."""
+    if not params_schema:
+        return {"type": "object", "properties": {}}
+    return {"type": "object", **params_schema}
 
 
 def scrub(text: str, secret: str | None) -> str:
