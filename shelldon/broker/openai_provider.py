@@ -1,17 +1,11 @@
 """OpenAI Chat Completions over plain aiohttp (no SDK): OpenAI, OpenRouter, llama.cpp's
 server, Ollama, vLLM and any other server that speaks it.
 
-``POST {base_url}/chat/completions`` with ``tools`` (``type: function``) and
-``tool_choice: auto``. An assistant's tool calls go back as ``tool_calls`` whose
-``function.arguments`` is a JSON *string*; each result is its own ``role: tool`` message with
-``tool_call_id`` (the format has no error flag, so a failed tool's text is prefixed
-``ERROR:``). Arguments that are not a JSON object become a ``ToolCall`` with ``args_error``
-set, never an exception. ``finish_reason == "length"`` is a truncated Completion. One
-``aiohttp.ClientSession`` per provider (and event loop), closed by ``aclose``.
-
-The token cap is sent as ``max_completion_tokens`` to api.openai.com (its newer models refuse
-``max_tokens``) and as ``max_tokens`` everywhere else (local servers know only that one).
-A provider without a key sends no ``Authorization`` header (llama.cpp, Ollama).
+The format has no error flag on a tool result, so a failed tool's text is prefixed ``ERROR:``;
+arguments that are not a JSON object become a ``ToolCall`` with ``args_error`` set, never an
+exception. The token cap is sent as ``max_completion_tokens`` to api.openai.com (its newer
+models refuse ``max_tokens``) and as ``max_tokens`` everywhere else (local servers know only
+that one). A provider without a key sends no ``Authorization`` header (llama.cpp, Ollama).
 """
 
 from __future__ import annotations

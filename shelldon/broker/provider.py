@@ -33,23 +33,11 @@ log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
-KINDS = frozenset(
-    {
-        "rate_limited",
-        "overloaded",
-        "server",
-        "timeout",
-        "unreachable",
-        "auth",
-        "quota",
-        "bad_request",
-        "malformed",
-    }
-)
-"""Every ``ProviderError.kind``; ``JobFailed.kind`` carries one of them."""
-
 RETRYABLE_KINDS = frozenset({"rate_limited", "overloaded", "server", "timeout", "unreachable"})
 """Kinds worth another attempt: the same request may succeed a moment later."""
+
+KINDS = RETRYABLE_KINDS | {"auth", "quota", "bad_request", "malformed"}
+"""Every ``ProviderError.kind``; ``JobFailed.kind`` carries one of them."""
 
 MIN_ATTEMPT_S = 0.05
 """Below this much remaining budget an attempt cannot finish; fail instead of starting one."""
