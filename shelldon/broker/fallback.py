@@ -28,14 +28,12 @@ from dataclasses import dataclass
 import structlog
 
 from shelldon.broker.photos import without_photos
-from shelldon.broker.provider import MIN_ATTEMPT_S, Provider, ProviderError
+from shelldon.broker.provider import KINDS, MIN_ATTEMPT_S, Provider, ProviderError
 from shelldon.contracts import Completion, Job
 
 log = structlog.get_logger(__name__)
 
-SWITCH_KINDS = frozenset(
-    {"unreachable", "timeout", "server", "overloaded", "rate_limited", "quota", "auth", "malformed"}
-)
+SWITCH_KINDS = KINDS - {"bad_request"}
 """The ``ProviderError`` kinds of the main provider that send a turn to the fallback."""
 
 WHY = {
