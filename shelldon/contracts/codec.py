@@ -125,8 +125,6 @@ def _check_json(value: Any, where: str, depth: int = 0) -> Any:
             if type(v) not in _JSON_SCALARS:
                 _check_json(v, where, depth + 1)
         return value
-    if value is None or isinstance(value, bool | int | float | str):
-        return value  # a subclass of a scalar (msgpack never makes one; kept for callers)
     raise ContractError(f"{where}: {type(value).__name__} is not a JSON value")
 
 
@@ -237,17 +235,15 @@ _DEFAULTS: dict[type[Any], dict[str, Any]] = {}
 
 
 def _defaults_for(cls: type[Any]) -> dict[str, Any]:
-    """The wire form of each field's default (only immutable scalars and empty tuples)."""
+    """The wire form of each field's default: only immutable scalars and empty tuples (a
+    nested contract such as ``Completion.usage`` stays required on the wire)."""
     defaults = _DEFAULTS.get(cls)
     if defaults is None:
         defaults = {}
         for f in dataclasses.fields(cls):
-            value = f.default
-            if value is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
-                continue  # a nested contract (Usage): required on the wire, as before
-            if value is not dataclasses.MISSING and (value is None or type(value) in _PLAIN):
-                defaults[f.name] = value
-            elif value == ():
+            if type(f.default) in _PLAIN:
+                defaults[f.name] = f.default
+            elif f.default == ():
                 defaults[f.name] = []
         _DEFAULTS[cls] = defaults
     return defaults
