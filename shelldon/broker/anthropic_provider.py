@@ -1,12 +1,10 @@
 """Anthropic Messages API through the official SDK; also GLM (Z.ai) and any server that speaks
 the Anthropic wire format at another ``base_url``.
 
-Normalization: SYSTEM messages become ``system=``; an assistant's tool calls become
-``tool_use`` blocks; the TOOL messages after it become ONE user message of ``tool_result``
-blocks (``is_error`` set when the tool failed), placed before any user text; consecutive
-same-role messages merge so roles alternate; ``stop_reason == "max_tokens"`` is a truncated
-Completion. The SDK's retries are off and each request's timeout is what remains of the
-deadline: ``call_with_retries`` owns both. Every SDK exception is translated in
+The API wants roles to alternate and each ``tool_use`` answered by ``tool_result`` blocks at
+the head of the next user message, so same-role messages merge and the TOOL messages after a
+call become one user message. The SDK's retries are off and each request's timeout is what
+remains of the deadline: ``call_with_retries`` owns both. Every SDK exception is translated in
 ``ERROR_KINDS``, most specific first.
 """
 
