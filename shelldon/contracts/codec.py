@@ -173,13 +173,6 @@ def _checker(tp: Any) -> Callable[[Any, str], Any]:
             return _check_json(v, where)
 
         return check_object
-    if tp is type(None):
-
-        def check_none(v: Any, where: str) -> None:
-            if v is not None:
-                raise ContractError(f"{where}: expected None, got {type(v).__name__}")
-
-        return check_none
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         enum_tp = tp
 
@@ -190,15 +183,6 @@ def _checker(tp: Any) -> Callable[[Any, str], Any]:
                 raise ContractError(f"{where}: {v!r} is not a {enum_tp.__name__}") from None
 
         return check_enum
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        want = tp
-
-        def check_contract(v: Any, where: str) -> Any:
-            if not isinstance(v, want):
-                raise ContractError(f"{where}: expected {want.__name__}, got {type(v).__name__}")
-            return v
-
-        return check_contract
     if tp is float:
 
         def check_float(v: Any, where: str) -> float:
@@ -207,18 +191,17 @@ def _checker(tp: Any) -> Callable[[Any, str], Any]:
             return float(v)
 
         return check_float
-    if tp in (str, int, bool, bytes):
-        want_scalar = tp
+    if tp in (str, int, bool, bytes, type(None)) or dataclasses.is_dataclass(tp):
+        want = tp
 
-        def check_scalar(v: Any, where: str) -> Any:
-            # bool is an int subclass: an int field must not accept True.
-            if type(v) is not want_scalar:
-                raise ContractError(
-                    f"{where}: expected {want_scalar.__name__}, got {type(v).__name__}"
-                )
+        def check_exact(v: Any, where: str) -> Any:
+            # bool is an int subclass: an int field must not accept True. A nested contract
+            # is already one (``_from_ext`` built it).
+            if type(v) is not want:
+                raise ContractError(f"{where}: expected {want.__name__}, got {type(v).__name__}")
             return v
 
-        return check_scalar
+        return check_exact
     raise TypeError(f"the codec cannot carry fields of type {tp!r}")
 
 
