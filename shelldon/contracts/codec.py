@@ -128,21 +128,6 @@ def _check_json(value: Any, where: str, depth: int = 0) -> Any:
     raise ContractError(f"{where}: {type(value).__name__} is not a JSON value")
 
 
-def _tuple_checker(item: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
-    def check_tuple(v: Any, where: str) -> Any:
-        if not isinstance(v, list):
-            raise ContractError(f"{where}: expected a list, got {type(v).__name__}")
-        try:
-            return tuple([item(x, where) for x in v])
-        except ContractError:
-            # The error path only: check again, naming the item that is wrong.
-            for i, x in enumerate(v):
-                item(x, f"{where}[{i}]")
-            raise
-
-    return check_tuple
-
-
 def _checker(tp: Any) -> Callable[[Any, str], Any]:
     """Build a function that validates one wire value against a type hint and rebuilds it."""
     origin = typing.get_origin(tp)
@@ -164,7 +149,20 @@ def _checker(tp: Any) -> Callable[[Any, str], Any]:
         return check_union
     if origin is tuple:
         (item_tp, _ellipsis) = typing.get_args(tp)
-        return _tuple_checker(_checker(item_tp))
+        item = _checker(item_tp)
+
+        def check_tuple(v: Any, where: str) -> Any:
+            if not isinstance(v, list):
+                raise ContractError(f"{where}: expected a list, got {type(v).__name__}")
+            try:
+                return tuple([item(x, where) for x in v])
+            except ContractError:
+                # The error path only: check again, naming the item that is wrong.
+                for i, x in enumerate(v):
+                    item(x, f"{where}[{i}]")
+                raise
+
+        return check_tuple
     if origin is dict or tp is dict:
 
         def check_object(v: Any, where: str) -> Any:
