@@ -30,12 +30,12 @@ def load_provider(settings: Settings) -> Provider:
     if brain.provider in ("anthropic", "openai"):
         api_key = _key(f"{brain.provider}_api_key", brain.provider, brain.base_url, settings)
         return _adapter(brain.provider, brain.model, brain.base_url, api_key, settings)
-    from shelldon.broker.scripted_provider import ScriptedProvider
+    from shelldon.broker.scripted_provider import ScriptedProvider, load_script
 
     if not brain.script:
         return ScriptedProvider()
     script = Path(brain.script).expanduser()
-    return ScriptedProvider.from_file(script if script.is_absolute() else settings.home / script)
+    return ScriptedProvider(load_script(script if script.is_absolute() else settings.home / script))
 
 
 def load_fallback(settings: Settings) -> Callable[[], Provider] | None:

@@ -158,11 +158,6 @@ class ScriptedProvider:
         self.requests: collections.deque[tuple[tuple[Message, ...], tuple[ToolDefinition, ...]]]
         self.requests = collections.deque(maxlen=64)
 
-    @classmethod
-    def from_file(cls, path: Path) -> ScriptedProvider:
-        """A provider replaying the script at ``path``."""
-        return cls(load_script(path))
-
     def __repr__(self) -> str:
         return f"ScriptedProvider(steps_left={len(self._unused)})"
 

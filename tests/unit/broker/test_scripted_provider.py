@@ -126,7 +126,7 @@ def test_bad_scripts_are_refused_naming_the_step(data: object, problem: str) -> 
 def test_a_script_file_is_loaded(tmp_path: Path) -> None:
     path = tmp_path / "script.json"
     path.write_text(json.dumps([{"text": "from file"}]))
-    assert ask(ScriptedProvider.from_file(path), "x").text == "from file"
+    assert ask(ScriptedProvider(load_script(path)), "x").text == "from file"
 
 
 def test_missing_or_broken_script_files_say_what_is_wrong(tmp_path: Path) -> None:
