@@ -3,9 +3,9 @@ mend, that turn's remaining calls go to ``[brain.fallback]``, within the same de
 
 Every ``ProviderError.kind`` (after the main's own retries) switches but ``bad_request``: the
 request itself (400, 404 model, 413), which another model would be asked the same way. So a
-main that cannot answer now, is out of credit (quota), answers garbage (malformed) or refused
-its key (auth: revoked, expired; the owner reads why on every reply until it is fixed) hands
-the turn over.
+main that cannot answer now (unreachable, timeout, server, overloaded, rate_limited), is out
+of credit (quota), answers garbage (malformed) or refused its key (auth: revoked, expired; the
+owner reads why on every reply until it is fixed) hands the turn over.
 
 A refusal is an answer (a ``Completion``), never an error, so it is never asked elsewhere.
 The switch lasts for one worker run of a turn (its id and deadline): its later calls skip the
