@@ -1,20 +1,14 @@
 """The provider seam: holds credentials, normalizes tool calls, executes nothing.
 
-``load_provider(settings)`` builds the configured ``Provider``. Each adapter module is imported
-only when it is the one configured, so ``import anthropic`` (~70 MB) happens only for
-``provider = "anthropic"``.
+``load_provider(settings)`` builds the configured ``Provider``, importing its adapter only
+then, so ``import anthropic`` (~70 MB) happens only for ``provider = "anthropic"``.
+``load_fallback`` reads ``[brain.fallback]``'s key at once but builds its provider only when a
+turn first needs it (``fallback.py``).
 
-Credentials: ``anthropic_api_key`` / ``openai_api_key`` come from ``shelldon.secrets``. For
-``provider = "openai"`` the key may be missing only when ``base_url`` points at this machine or
-the local network (``localhost``, loopback, private or link-local addresses, ``*.local``,
-``*.lan``, ``*.internal``, ``*.home.arpa``): llama.cpp's server and Ollama need none, and a key
-is then not sent at all. A public endpoint without a key is a start-up error
-(``SecretMissingError``), never a request that goes out unauthenticated.
-
-A relative ``brain.script`` path is resolved against the shelldon home.
-
-``load_fallback(settings)`` reads ``[brain.fallback]``'s key at once (a missing one is the same
-start-up error) but builds its provider only when a turn first needs it (``fallback.py``).
+Keys come from ``shelldon.secrets``. An OpenAI-compatible ``base_url`` on this machine or the
+local network (``secrets.is_local_url``) may have none: llama.cpp's server and Ollama need
+none, and none is then sent. A public endpoint without a key, main or fallback, is a start-up
+error (``SecretMissingError``), never a request that goes out unauthenticated.
 """
 
 from __future__ import annotations
@@ -30,21 +24,18 @@ __all__ = ["Provider", "ProviderError", "is_local_url", "load_fallback", "load_p
 
 
 def load_provider(settings: Settings) -> Provider:
-    """The ``Provider`` that ``settings.brain`` configures, with its credentials loaded.
-
-    Raises ``SecretMissingError`` when the provider's key is missing (see module docstring) and
-    ``ScriptError`` when the scripted brain's script is unusable."""
+    """The ``Provider`` that ``settings.brain`` configures, with its key loaded; raises
+    ``SecretMissingError`` for a missing key, ``ScriptError`` for an unusable script."""
     brain = settings.brain
     if brain.provider in ("anthropic", "openai"):
-        key = f"{brain.provider}_api_key"
-        api_key = _key(key, brain.provider, brain.base_url, settings)
+        api_key = _key(f"{brain.provider}_api_key", brain.provider, brain.base_url, settings)
         return _adapter(brain.provider, brain.model, brain.base_url, api_key, settings)
-    from shelldon.broker.scripted_provider import ScriptedProvider
+    from shelldon.broker.scripted_provider import ScriptedProvider, load_script
 
     if not brain.script:
         return ScriptedProvider()
     script = Path(brain.script).expanduser()
-    return ScriptedProvider.from_file(script if script.is_absolute() else settings.home / script)
+    return ScriptedProvider(load_script(script if script.is_absolute() else settings.home / script))
 
 
 def load_fallback(settings: Settings) -> Callable[[], Provider] | None:
@@ -70,25 +61,14 @@ def _adapter(
     provider: str, model: str, base_url: str, api_key: str | None, settings: Settings
 ) -> Provider:
     """The adapter for ``provider``; its module (and SDK) is imported here, not before."""
-    timeout_s = settings.limits.turn_timeout_s
     max_tokens = settings.brain.max_tokens
     if provider == "anthropic":
         from shelldon.broker.anthropic_provider import AnthropicProvider
 
         assert api_key is not None
         return AnthropicProvider(
-            api_key=api_key,
-            model=model,
-            max_tokens=max_tokens,
-            base_url=base_url,
-            default_timeout_s=timeout_s,
+            api_key=api_key, model=model, max_tokens=max_tokens, base_url=base_url
         )
-    from shelldon.broker.openai_provider import DEFAULT_BASE_URL, OpenAIProvider
+    from shelldon.broker.openai_provider import OpenAIProvider
 
-    return OpenAIProvider(
-        api_key=api_key,
-        model=model,
-        max_tokens=max_tokens,
-        base_url=base_url or DEFAULT_BASE_URL,
-        default_timeout_s=timeout_s,
-    )
+    return OpenAIProvider(api_key=api_key, model=model, max_tokens=max_tokens, base_url=base_url)

@@ -1,12 +1,10 @@
 """Anthropic Messages API through the official SDK; also GLM (Z.ai) and any server that speaks
 the Anthropic wire format at another ``base_url``.
 
-Normalization: SYSTEM messages become ``system=``; an assistant's tool calls become
-``tool_use`` blocks; the TOOL messages after it become ONE user message of ``tool_result``
-blocks (``is_error`` set when the tool failed), placed before any user text; consecutive
-same-role messages merge so roles alternate; ``stop_reason == "max_tokens"`` is a truncated
-Completion. The SDK's retries are off and each request's timeout is what remains of the
-deadline: ``call_with_retries`` owns both. Every SDK exception is translated in
+The API wants roles to alternate and each ``tool_use`` answered by ``tool_result`` blocks at
+the head of the next user message, so same-role messages merge and the TOOL messages after a
+call become one user message. The SDK's retries are off and each request's timeout is what
+remains of the deadline: ``call_with_retries`` owns both. Every SDK exception is translated in
 ``ERROR_KINDS``, most specific first.
 """
 
@@ -14,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +23,7 @@ from shelldon.broker.provider import (
     ProviderError,
     clip,
     complete_logged,
+    object_schema,
     parse_retry_after,
     scrub,
 )
@@ -106,7 +104,6 @@ ERROR_KINDS: tuple[tuple[type[BaseException], str], ...] = tuple(
 """Every exception class the SDK exports, mapped to a ``ProviderError`` kind; a test holds
 that none is missing and none is shadowed by an earlier, more general entry."""
 
-EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 HISTORY_GAP = "(earlier conversation omitted)"
 
 
@@ -226,9 +223,7 @@ def to_anthropic(
         {
             "name": tool.name,
             "description": tool.description,
-            "input_schema": {"type": "object", **tool.params_schema}
-            if tool.params_schema
-            else dict(EMPTY_SCHEMA),
+            "input_schema": object_schema(tool.params_schema),
         }
         for tool in tools
     ]
@@ -285,14 +280,12 @@ class AnthropicProvider:
         model: str,
         max_tokens: int,
         base_url: str = "",
-        default_timeout_s: float = 60.0,
         backoff: Backoff | None = None,
     ) -> None:
         self._api_key = api_key
         self.model = model
         self.max_tokens = max_tokens
         self.base_url = base_url
-        self.default_timeout_s = default_timeout_s
         self.backoff = backoff or Backoff()
         self._client: anthropic.AsyncAnthropic | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
@@ -308,15 +301,9 @@ class AnthropicProvider:
                 api_key=self._api_key,
                 base_url=self.base_url or None,
                 max_retries=0,
-                timeout=self.default_timeout_s,
             )
             self._client_loop = loop
         return self._client
-
-    async def complete(self, messages: Sequence[Message]) -> str:
-        """Plain text answer to ``messages``, within ``default_timeout_s``."""
-        deadline = time.monotonic() + self.default_timeout_s
-        return (await self.complete_with_tools(messages, (), deadline=deadline)).text
 
     async def complete_with_tools(
         self, messages: Sequence[Message], tools: Sequence[ToolDefinition], *, deadline: float

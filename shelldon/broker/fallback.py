@@ -1,17 +1,11 @@
 """The fallback provider: once the main provider fails a turn in a way another provider can
 mend, that turn's remaining calls go to ``[brain.fallback]``, within the same deadline.
 
-Which failures switch (``ProviderError.kind``, after the main's own retries)::
-
-    switch  unreachable timeout server overloaded rate_limited   it cannot answer now
-            quota                                                its account is out of credit
-            auth                                                 its key was refused (revoked,
-                                                                 expired): the owner reads why
-                                                                 on every reply until fixed
-            malformed                                            its endpoint answers garbage
-    never   bad_request                                          the request itself (400, 404
-                                                                 model, 413): another model
-                                                                 would be asked the same thing
+Every ``ProviderError.kind`` (after the main's own retries) switches but ``bad_request``: the
+request itself (400, 404 model, 413), which another model would be asked the same way. So a
+main that cannot answer now (unreachable, timeout, server, overloaded, rate_limited), is out
+of credit (quota), answers garbage (malformed) or refused its key (auth: revoked, expired; the
+owner reads why on every reply until it is fixed) hands the turn over.
 
 A refusal is an answer (a ``Completion``), never an error, so it is never asked elsewhere.
 The switch lasts for one worker run of a turn (its id and deadline): its later calls skip the
@@ -28,14 +22,12 @@ from dataclasses import dataclass
 import structlog
 
 from shelldon.broker.photos import without_photos
-from shelldon.broker.provider import MIN_ATTEMPT_S, Provider, ProviderError
+from shelldon.broker.provider import KINDS, MIN_ATTEMPT_S, Provider, ProviderError
 from shelldon.contracts import Completion, Job
 
 log = structlog.get_logger(__name__)
 
-SWITCH_KINDS = frozenset(
-    {"unreachable", "timeout", "server", "overloaded", "rate_limited", "quota", "auth", "malformed"}
-)
+SWITCH_KINDS = KINDS - {"bad_request"}
 """The ``ProviderError`` kinds of the main provider that send a turn to the fallback."""
 
 WHY = {
@@ -49,11 +41,6 @@ WHY = {
     "malformed": "answered with garbage",
 }
 """How the owner's note says why the main provider was left."""
-
-
-def switches(err: ProviderError) -> bool:
-    """Whether ``err`` from the main provider sends the turn to the fallback."""
-    return err.kind in SWITCH_KINDS
 
 
 def fallback_note(fallback: tuple[str, str], main: str, kind: str) -> str:
@@ -87,7 +74,6 @@ class Failover:
         brain: tuple[str, str],
         make_fallback: Callable[[], Provider] | None = None,
         fallback_brain: tuple[str, str] = ("", ""),
-        clock: Callable[[], float] = time.monotonic,
         *,
         fallback_sees: bool = False,
     ) -> None:
@@ -97,7 +83,6 @@ class Failover:
         self.fallback_brain = fallback_brain
         self.fallback: Provider | None = None
         self.fallback_sees = fallback_sees
-        self.clock = clock
         self.switched: tuple[tuple[str, float], str] | None = None  # (turn run, why), the latest
 
     async def answer(self, job: Job) -> Answered:
@@ -111,9 +96,9 @@ class Failover:
                 job.messages, job.tools, deadline=job.deadline
             )
         except ProviderError as err:
-            if self.make_fallback is None or not switches(err):
+            if self.make_fallback is None or err.kind not in SWITCH_KINDS:
                 raise
-            if job.deadline - self.clock() < MIN_ATTEMPT_S:
+            if job.deadline - time.monotonic() < MIN_ATTEMPT_S:
                 # Nothing is left of the turn: the fallback is not asked after its deadline.
                 log.warning("provider.fallback_too_late", turn_id=job.turn_id, kind=err.kind)
                 raise

@@ -1,24 +1,17 @@
 """OpenAI Chat Completions over plain aiohttp (no SDK): OpenAI, OpenRouter, llama.cpp's
 server, Ollama, vLLM and any other server that speaks it.
 
-``POST {base_url}/chat/completions`` with ``tools`` (``type: function``) and
-``tool_choice: auto``. An assistant's tool calls go back as ``tool_calls`` whose
-``function.arguments`` is a JSON *string*; each result is its own ``role: tool`` message with
-``tool_call_id`` (the format has no error flag, so a failed tool's text is prefixed
-``ERROR:``). Arguments that are not a JSON object become a ``ToolCall`` with ``args_error``
-set, never an exception. ``finish_reason == "length"`` is a truncated Completion. One
-``aiohttp.ClientSession`` per provider (and event loop), closed by ``aclose``.
-
-The token cap is sent as ``max_completion_tokens`` to api.openai.com (its newer models refuse
-``max_tokens``) and as ``max_tokens`` everywhere else (local servers know only that one).
-A provider without a key sends no ``Authorization`` header (llama.cpp, Ollama).
+The format has no error flag on a tool result, so a failed tool's text is prefixed ``ERROR:``;
+arguments that are not a JSON object become a ``ToolCall`` with ``args_error`` set, never an
+exception. The token cap is sent as ``max_completion_tokens`` to api.openai.com (its newer
+models refuse ``max_tokens``) and as ``max_tokens`` everywhere else (local servers know only
+that one). A provider without a key sends no ``Authorization`` header (llama.cpp, Ollama).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -32,6 +25,7 @@ from shelldon.broker.provider import (
     ProviderError,
     clip,
     complete_logged,
+    object_schema,
     parse_retry_after,
     scrub,
 )
@@ -41,7 +35,6 @@ from shelldon.contracts import Completion, Message, Role, ToolCall, ToolDefiniti
 log = structlog.get_logger(__name__)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 ERROR_PREFIX = "ERROR: "
 
 CLIENT_ERROR_KINDS: tuple[tuple[type[BaseException], str], ...] = (
@@ -171,9 +164,7 @@ def to_openai(
             "function": {
                 "name": tool.name,
                 "description": tool.description,
-                "parameters": {"type": "object", **tool.params_schema}
-                if tool.params_schema
-                else dict(EMPTY_SCHEMA),
+                "parameters": object_schema(tool.params_schema),
             },
         }
         for tool in tools
@@ -274,14 +265,12 @@ class OpenAIProvider:
         model: str,
         max_tokens: int,
         base_url: str = DEFAULT_BASE_URL,
-        default_timeout_s: float = 60.0,
         backoff: Backoff | None = None,
     ) -> None:
         self._api_key = api_key or None
         self.model = model
         self.max_tokens = max_tokens
         self.base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
-        self.default_timeout_s = default_timeout_s
         self.backoff = backoff or Backoff()
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
@@ -317,11 +306,6 @@ class OpenAIProvider:
             request["tools"] = wire_tools
             request["tool_choice"] = "auto"
         return request
-
-    async def complete(self, messages: Sequence[Message]) -> str:
-        """Plain text answer to ``messages``, within ``default_timeout_s``."""
-        deadline = time.monotonic() + self.default_timeout_s
-        return (await self.complete_with_tools(messages, (), deadline=deadline)).text
 
     async def complete_with_tools(
         self, messages: Sequence[Message], tools: Sequence[ToolDefinition], *, deadline: float

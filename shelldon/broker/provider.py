@@ -23,7 +23,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import structlog
 
@@ -33,23 +33,11 @@ log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
-KINDS = frozenset(
-    {
-        "rate_limited",
-        "overloaded",
-        "server",
-        "timeout",
-        "unreachable",
-        "auth",
-        "quota",
-        "bad_request",
-        "malformed",
-    }
-)
-"""Every ``ProviderError.kind``; ``JobFailed.kind`` carries one of them."""
-
 RETRYABLE_KINDS = frozenset({"rate_limited", "overloaded", "server", "timeout", "unreachable"})
 """Kinds worth another attempt: the same request may succeed a moment later."""
+
+KINDS = RETRYABLE_KINDS | {"auth", "quota", "bad_request", "malformed"}
+"""Every ``ProviderError.kind``; ``JobFailed.kind`` carries one of them."""
 
 MIN_ATTEMPT_S = 0.05
 """Below this much remaining budget an attempt cannot finish; fail instead of starting one."""
@@ -80,10 +68,6 @@ class ProviderError(Exception):
 @runtime_checkable
 class Provider(Protocol):
     """A model reached over its native wire format, speaking only shelldon's contracts."""
-
-    async def complete(self, messages: Sequence[Message]) -> str:
-        """Plain text answer to ``messages`` (no tools), within the provider's default timeout."""
-        ...
 
     async def complete_with_tools(
         self, messages: Sequence[Message], tools: Sequence[ToolDefinition], *, deadline: float
@@ -140,16 +124,6 @@ def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -
     return seconds
 
 
-def remaining_budget(deadline: float, clock: Callable[[], float] = time.monotonic) -> float:
-    """Seconds left until ``deadline``; raises a timeout ``ProviderError`` when too few remain."""
-    left = deadline - clock()
-    if left < MIN_ATTEMPT_S:
-        raise ProviderError(
-            "timeout", f"no time left for a model call ({max(left, 0.0):.2f}s of the turn remain)"
-        )
-    return left
-
-
 async def complete_logged(
     attempt: Callable[[float], Awaitable[Completion]],
     *,
@@ -189,42 +163,56 @@ async def call_with_retries(
     backoff. ``timeout_s`` is what remains of ``deadline``; no sleep or attempt crosses it."""
     retry = 0
     while True:
-        timeout_s = remaining_budget(deadline, clock)
+        left = deadline - clock()
+        if left < MIN_ATTEMPT_S:
+            raise ProviderError(
+                "timeout",
+                f"no time left for a model call ({max(left, 0.0):.2f}s of the turn remain)",
+            )
         try:
-            return await attempt(timeout_s)
+            return await attempt(left)
         except ProviderError as err:
+            attempts = retry + 1
             if not err.retryable:
-                log.warning("provider.failed", what=what, kind=err.kind, attempts=retry + 1)
+                log.warning("provider.failed", what=what, kind=err.kind, attempts=attempts)
                 raise
             left = deadline - clock()
-            if err.retry_after is not None and err.retry_after >= left - MIN_ATTEMPT_S:
-                log.warning(
-                    "provider.gave_up", what=what, kind=err.kind, retry_after_s=err.retry_after
-                )
-                raise ProviderError(
-                    err.kind,
-                    f"{err.message}; the provider asks to wait {err.retry_after:.1f}s but only "
-                    f"{max(left, 0.0):.1f}s of the turn remain, so this turn gives up now",
-                    err.retry_after,
-                ) from err
-            if retry + 1 >= backoff.max_attempts:
-                log.warning("provider.gave_up", what=what, kind=err.kind, attempts=retry + 1)
-                raise ProviderError(
-                    err.kind, f"{err.message} (gave up after {retry + 1} attempts)", err.retry_after
-                ) from err
             delay = max(backoff.delay(retry, rand()), err.retry_after or 0.0)
-            if delay >= left - MIN_ATTEMPT_S:
-                log.warning("provider.gave_up", what=what, kind=err.kind, attempts=retry + 1)
-                raise ProviderError(
-                    err.kind,
-                    f"{err.message} (no time left in the turn to retry after {retry + 1} attempts)",
-                    err.retry_after,
-                ) from err
-            log.info(
-                "provider.retry", what=what, kind=err.kind, retry=retry + 1, delay_s=round(delay, 3)
+            if err.retry_after is not None and err.retry_after >= left - MIN_ATTEMPT_S:
+                why = (
+                    f"; the provider asks to wait {err.retry_after:.1f}s but only "
+                    f"{max(left, 0.0):.1f}s of the turn remain, so this turn gives up now"
+                )
+            elif attempts >= backoff.max_attempts:
+                why = f" (gave up after {attempts} attempts)"
+            elif delay >= left - MIN_ATTEMPT_S:
+                why = f" (no time left in the turn to retry after {attempts} attempts)"
+            else:
+                log.info(
+                    "provider.retry",
+                    what=what,
+                    kind=err.kind,
+                    retry=attempts,
+                    delay_s=round(delay, 3),
+                )
+                await sleep(delay)
+                retry += 1
+                continue
+            log.warning(
+                "provider.gave_up",
+                what=what,
+                kind=err.kind,
+                attempts=attempts,
+                retry_after_s=err.retry_after,
             )
-            await sleep(delay)
-            retry += 1
+            raise ProviderError(err.kind, err.message + why, err.retry_after) from err
+
+
+def object_schema(params_schema: dict[str, Any]) -> dict[str, Any]:
+    """A tool's arguments schema as the APIs take it: always a JSON object, never empty."""
+    if not params_schema:
+        return {"type": "object", "properties": {}}
+    return {"type": "object", **params_schema}
 
 
 def scrub(text: str, secret: str | None) -> str:

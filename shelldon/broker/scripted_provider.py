@@ -30,7 +30,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import structlog
 
@@ -63,25 +62,16 @@ class ScriptError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class ScriptedCall:
-    """A tool call a step makes; ``id`` empty means "number it for me"."""
-
-    name: str
-    args: dict[str, Any]
-    id: str = ""
-
-
-@dataclass(frozen=True, slots=True)
 class ScriptStep:
     """One scripted model answer: ``text`` or ``tool_calls``, used when ``when`` matches."""
 
     text: str = ""
-    tool_calls: tuple[ScriptedCall, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()  # an empty id: number it for me
     when: str = ""
     truncated: bool = False
 
 
-def _parse_call(where: str, raw: object) -> ScriptedCall:
+def _parse_call(where: str, raw: object) -> ToolCall:
     if not isinstance(raw, dict):
         raise ScriptError(f"{where}: a tool call must be an object with name and args")
     unknown = set(raw) - CALL_KEYS
@@ -94,7 +84,7 @@ def _parse_call(where: str, raw: object) -> ScriptedCall:
         raise ScriptError(f"{where}: 'args' must be an object")
     if not isinstance(call_id, str):
         raise ScriptError(f"{where}: 'id' must be a string")
-    return ScriptedCall(name, args, call_id)
+    return ToolCall(call_id, name, args)
 
 
 def parse_script(data: object, *, source: str = "script") -> tuple[ScriptStep, ...]:
@@ -168,11 +158,6 @@ class ScriptedProvider:
         self.requests: collections.deque[tuple[tuple[Message, ...], tuple[ToolDefinition, ...]]]
         self.requests = collections.deque(maxlen=64)
 
-    @classmethod
-    def from_file(cls, path: Path) -> ScriptedProvider:
-        """A provider replaying the script at ``path``."""
-        return cls(load_script(path))
-
     def __repr__(self) -> str:
         return f"ScriptedProvider(steps_left={len(self._unused)})"
 
@@ -191,15 +176,11 @@ class ScriptedProvider:
                 return self._unused.pop(i)
         return None
 
-    def _call_id(self, call: ScriptedCall) -> str:
+    def _call_id(self, call: ToolCall) -> str:
         if call.id:
             return call.id
         self._next_id += 1
         return f"script_{self._next_id}"
-
-    async def complete(self, messages: Sequence[Message]) -> str:
-        """The text of the next scripted answer."""
-        return (await self.complete_with_tools(messages, (), deadline=float("inf"))).text
 
     async def complete_with_tools(
         self, messages: Sequence[Message], tools: Sequence[ToolDefinition], *, deadline: float

@@ -125,24 +125,7 @@ def _check_json(value: Any, where: str, depth: int = 0) -> Any:
             if type(v) not in _JSON_SCALARS:
                 _check_json(v, where, depth + 1)
         return value
-    if value is None or isinstance(value, bool | int | float | str):
-        return value  # a subclass of a scalar (msgpack never makes one; kept for callers)
     raise ContractError(f"{where}: {type(value).__name__} is not a JSON value")
-
-
-def _tuple_checker(item: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
-    def check_tuple(v: Any, where: str) -> Any:
-        if not isinstance(v, list):
-            raise ContractError(f"{where}: expected a list, got {type(v).__name__}")
-        try:
-            return tuple([item(x, where) for x in v])
-        except ContractError:
-            # The error path only: check again, naming the item that is wrong.
-            for i, x in enumerate(v):
-                item(x, f"{where}[{i}]")
-            raise
-
-    return check_tuple
 
 
 def _checker(tp: Any) -> Callable[[Any, str], Any]:
@@ -166,7 +149,20 @@ def _checker(tp: Any) -> Callable[[Any, str], Any]:
         return check_union
     if origin is tuple:
         (item_tp, _ellipsis) = typing.get_args(tp)
-        return _tuple_checker(_checker(item_tp))
+        item = _checker(item_tp)
+
+        def check_tuple(v: Any, where: str) -> Any:
+            if not isinstance(v, list):
+                raise ContractError(f"{where}: expected a list, got {type(v).__name__}")
+            try:
+                return tuple([item(x, where) for x in v])
+            except ContractError:
+                # The error path only: check again, naming the item that is wrong.
+                for i, x in enumerate(v):
+                    item(x, f"{where}[{i}]")
+                raise
+
+        return check_tuple
     if origin is dict or tp is dict:
 
         def check_object(v: Any, where: str) -> Any:
@@ -175,13 +171,6 @@ def _checker(tp: Any) -> Callable[[Any, str], Any]:
             return _check_json(v, where)
 
         return check_object
-    if tp is type(None):
-
-        def check_none(v: Any, where: str) -> None:
-            if v is not None:
-                raise ContractError(f"{where}: expected None, got {type(v).__name__}")
-
-        return check_none
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         enum_tp = tp
 
@@ -192,15 +181,6 @@ def _checker(tp: Any) -> Callable[[Any, str], Any]:
                 raise ContractError(f"{where}: {v!r} is not a {enum_tp.__name__}") from None
 
         return check_enum
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        want = tp
-
-        def check_contract(v: Any, where: str) -> Any:
-            if not isinstance(v, want):
-                raise ContractError(f"{where}: expected {want.__name__}, got {type(v).__name__}")
-            return v
-
-        return check_contract
     if tp is float:
 
         def check_float(v: Any, where: str) -> float:
@@ -209,18 +189,17 @@ def _checker(tp: Any) -> Callable[[Any, str], Any]:
             return float(v)
 
         return check_float
-    if tp in (str, int, bool, bytes):
-        want_scalar = tp
+    if tp in (str, int, bool, bytes, type(None)) or dataclasses.is_dataclass(tp):
+        want = tp
 
-        def check_scalar(v: Any, where: str) -> Any:
-            # bool is an int subclass: an int field must not accept True.
-            if type(v) is not want_scalar:
-                raise ContractError(
-                    f"{where}: expected {want_scalar.__name__}, got {type(v).__name__}"
-                )
+        def check_exact(v: Any, where: str) -> Any:
+            # bool is an int subclass: an int field must not accept True. A nested contract
+            # is already one (``_from_ext`` built it).
+            if type(v) is not want:
+                raise ContractError(f"{where}: expected {want.__name__}, got {type(v).__name__}")
             return v
 
-        return check_scalar
+        return check_exact
     raise TypeError(f"the codec cannot carry fields of type {tp!r}")
 
 
@@ -237,17 +216,15 @@ _DEFAULTS: dict[type[Any], dict[str, Any]] = {}
 
 
 def _defaults_for(cls: type[Any]) -> dict[str, Any]:
-    """The wire form of each field's default (only immutable scalars and empty tuples)."""
+    """The wire form of each field's default: only immutable scalars and empty tuples (a
+    nested contract such as ``Completion.usage`` stays required on the wire)."""
     defaults = _DEFAULTS.get(cls)
     if defaults is None:
         defaults = {}
         for f in dataclasses.fields(cls):
-            value = f.default
-            if value is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
-                continue  # a nested contract (Usage): required on the wire, as before
-            if value is not dataclasses.MISSING and (value is None or type(value) in _PLAIN):
-                defaults[f.name] = value
-            elif value == ():
+            if type(f.default) in _PLAIN:
+                defaults[f.name] = f.default
+            elif f.default == ():
                 defaults[f.name] = []
         _DEFAULTS[cls] = defaults
     return defaults

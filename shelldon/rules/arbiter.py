@@ -1,11 +1,7 @@
-"""The arbiter's rules, as a plain object: each event in, the effects to carry out back.
-
-``Arbiter`` remembers what the ArbiterActor must between messages (the turn in flight, who the
-owners are, the day the owner was told the schedule budget is spent) and answers each event —
-the inbox as it stands (``InboxView``), a turn that ended, an approval taken, a tick — with a
-list of effects, frozen values the actor carries out in order (send a message, take or write a
-sqlite row). It reads and writes nothing itself, so every rule is tested without an actor, a
-database or a clock. The rules:
+"""The arbiter's rules, as a plain object: an event in (the inbox as it stands, a turn that
+ended, an approval taken, a tick), a list of effects (``rules.effects``) out, which the
+ArbiterActor carries out in order. It reads and writes nothing itself, so every rule is tested
+without an actor, a database or a clock. The rules:
 
 - Only the owner acts: an inbox event from anyone else is taken and dropped, logged.
 - Approval taps and owner commands are not chat: they are handled at once, never behind a turn.

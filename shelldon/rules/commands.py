@@ -26,8 +26,6 @@ OWNER_COMMANDS: tuple[tuple[str, str], ...] = (
 """Owner commands, answered without a turn, with the line Telegram's menu (setMyCommands) and
 /help show for each: the one table of them."""
 
-COMMANDS = tuple(name for name, _ in OWNER_COMMANDS)
-
 CONSOLE_CHAT = 0
 CONSOLE_USER = 0
 """The console's one chat and its one person (``shelldon chat`` and ``shelldon demo``)."""

@@ -1,10 +1,6 @@
-"""What the service side knows about a RISKY call, whatever the worker says about it.
-
-A parked approval arrives from a worker as an op. The worker is the service's own code and a
-self-coded tool no longer runs inside it, but the parent still decides from what it knows:
-only a call of a RISKY built-in can be parked (``park_refusal``), and the words the owner is
-asked are built from the call's name and arguments (``shelldon.replies.describe_call``), never from
-the worker's summary.
+"""What the service side knows about a RISKY call, whatever the worker says about it: only a
+RISKY built-in's call can be parked, and the owner is asked in words built from the call's
+name and arguments (``shelldon.replies.describe_call``), never from the worker's summary.
 """
 
 from __future__ import annotations

@@ -65,9 +65,5 @@ def turn_reply(
             if reply.endswith(asked):
                 lead, question = reply[: -len(asked)].rstrip(), asked
             break
-    notes = [*memory_notes(failures), *remember_notes(ops), *([fallback] if fallback else [])]
-    literal = "\n\n".join([*notes, *([question] if question else [])])
-    if not literal:
-        return TurnReply(lead, len(lead))
-    text = f"{lead}\n\n{literal}" if lead else literal
-    return TurnReply(text, len(lead))
+    parts = [lead, *memory_notes(failures), *remember_notes(ops), fallback, question]
+    return TurnReply("\n\n".join(filter(None, parts)), len(lead))

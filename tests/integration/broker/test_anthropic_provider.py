@@ -293,39 +293,23 @@ def test_a_server_echoing_the_key_cannot_put_it_in_the_error(
     assert "[redacted]" in caught.value.message
 
 
-def test_complete_returns_plain_text(fake_anthropic: FakeAnthropic) -> None:
+def test_a_call_without_tools_sends_no_tools(fake_anthropic: FakeAnthropic) -> None:
     fake_anthropic.reply_text("just text")
-    provider = provider_for(fake_anthropic)
-
-    async def go() -> str:
-        try:
-            return await provider.complete(hello())
-        finally:
-            await provider.aclose()
-
-    assert asyncio.run(go()) == "just text"
+    assert ask(provider_for(fake_anthropic), hello(), tools=()).text == "just text"
     assert "tools" not in fake_anthropic.last_json()
 
 
 def test_plain_completion_of_a_tool_transcript_is_sent_as_text(
     fake_anthropic: FakeAnthropic,
 ) -> None:
-    # The real API refuses tool blocks when no tools are defined; complete() defines none.
+    # The real API refuses tool blocks when no tools are defined.
     fake_anthropic.reply_text("summary")
-    provider = provider_for(fake_anthropic)
     transcript = [
         *hello(),
         Message(Role.ASSISTANT, "", (ToolCall("toolu_1", "clock", {}),)),
         Message(Role.TOOL, "12:00", tool_call_id="toolu_1"),
     ]
-
-    async def go() -> str:
-        try:
-            return await provider.complete(transcript)
-        finally:
-            await provider.aclose()
-
-    assert asyncio.run(go()) == "summary"
+    assert ask(provider_for(fake_anthropic), transcript, tools=()).text == "summary"
     assert fake_anthropic.rejections == []
     sent = fake_anthropic.last_json()["messages"]
     assert "clock({}) as toolu_1" in sent[1]["content"][0]["text"]

@@ -81,15 +81,7 @@ def test_plain_text_reply_comes_back_with_usage(fake_openai: FakeOpenAI) -> None
 
 def test_without_tools_no_tool_fields_are_sent(fake_openai: FakeOpenAI) -> None:
     fake_openai.reply_text("plain")
-    provider = provider_for(fake_openai)
-
-    async def go() -> str:
-        try:
-            return await provider.complete(hello())
-        finally:
-            await provider.aclose()
-
-    assert asyncio.run(go()) == "plain"
+    assert ask(provider_for(fake_openai), hello(), tools=()).text == "plain"
     sent = fake_openai.last_json()
     assert "tools" not in sent and "tool_choice" not in sent
 

@@ -126,7 +126,7 @@ def test_bad_scripts_are_refused_naming_the_step(data: object, problem: str) -> 
 def test_a_script_file_is_loaded(tmp_path: Path) -> None:
     path = tmp_path / "script.json"
     path.write_text(json.dumps([{"text": "from file"}]))
-    assert ask(ScriptedProvider.from_file(path), "x").text == "from file"
+    assert ask(ScriptedProvider(load_script(path)), "x").text == "from file"
 
 
 def test_missing_or_broken_script_files_say_what_is_wrong(tmp_path: Path) -> None:
@@ -136,9 +136,3 @@ def test_missing_or_broken_script_files_say_what_is_wrong(tmp_path: Path) -> Non
     broken.write_text("[{")
     with pytest.raises(ScriptError, match="not valid JSON"):
         load_script(broken)
-
-
-def test_complete_returns_the_next_text() -> None:
-    provider = ScriptedProvider(parse_script([{"text": "only text"}]))
-    assert asyncio.run(provider.complete([Message(Role.USER, "hi")])) == "only text"
-    asyncio.run(provider.aclose())

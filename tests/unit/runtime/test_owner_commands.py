@@ -20,7 +20,7 @@ from shelldon.owner_commands import (
     usage_cost,
     usage_text,
 )
-from shelldon.rules.commands import COMMANDS, command_of
+from shelldon.rules.commands import OWNER_COMMANDS, command_of
 from shelldon.store import Store, UsageRow
 
 NOW = dt.datetime(2026, 12, 3, 9, 30, tzinfo=dt.UTC).timestamp()
@@ -35,7 +35,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 def test_every_new_command_is_a_command_and_in_help() -> None:
     for name in ("memory", "forget", "new", "schedule", "cancel", "usage"):
-        assert name in COMMANDS and f"/{name} — " in HELP
+        assert name in dict(OWNER_COMMANDS) and f"/{name} — " in HELP
     assert command_of("/forget 3") == ("forget", "3")
 
 
