@@ -130,22 +130,12 @@ def take_env_secrets(environ: MutableMapping[str, str] | None = None) -> None:
             _env_taken[name] = value.strip()
 
 
-def secret_sources(vault: Path, environ: MutableMapping[str, str] | None = None) -> list[Path]:
-    """The directories searched for secret files, in order."""
-    env = os.environ if environ is None else environ
-    dirs = []
-    creds = env.get("CREDENTIALS_DIRECTORY")
-    if creds:
-        dirs.append(Path(creds))
-    dirs.append(vault)
-    return dirs
-
-
 def find_secret(
     name: str, vault: Path, environ: MutableMapping[str, str] | None = None
 ) -> tuple[str, str] | None:
     """Return ``(value, where)`` for secret ``name``, or None. ``where`` never holds the value."""
-    for directory in secret_sources(vault, environ):
+    creds = (os.environ if environ is None else environ).get("CREDENTIALS_DIRECTORY")
+    for directory in (Path(creds), vault) if creds else (vault,):
         path = directory / name
         try:
             value = path.read_text(encoding="utf-8").strip()
