@@ -8,7 +8,6 @@ a config file exists, or ``--for run``), a missing bot token, a malformed one an
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import os
 import platform
@@ -55,30 +54,9 @@ PEAK_BUDGET_MB = 150
 """The service's peak PSS budget during a turn (the design's budget with the Anthropic
 provider); less available memory than this is a warning."""
 
-LANDLOCK_CREATE_RULESET_SYSCALL = 444
-"""``landlock_create_ruleset``: the same number on every architecture (new syscall table)."""
-
-LANDLOCK_CREATE_RULESET_VERSION = 1
-"""Flag asking ``landlock_create_ruleset`` for the highest ABI version instead of a ruleset."""
-
-
-def landlock_abi_version() -> int:
-    """The kernel's Landlock ABI version, 0 when it has none (or the syscall is filtered)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        version = libc.syscall(
-            ctypes.c_long(LANDLOCK_CREATE_RULESET_SYSCALL),
-            None,
-            ctypes.c_size_t(0),
-            ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION),
-        )
-    except (OSError, AttributeError):
-        return 0
-    return int(version) if version > 0 else 0
-
 
 def _landlock_check() -> Check:
-    abi = landlock_abi_version()
+    abi = sandbox.landlock_abi()
     if abi:
         return Check("landlock", True, f"ABI {abi}", required=False)
     # Raspberry Pi OS's stock kernel has no Landlock; the sandbox falls back to other layers.
