@@ -279,25 +279,16 @@ def _build_section(name: str, table: Mapping[str, Any], environ: Mapping[str, st
 
 
 def _validate(s: Settings) -> None:
-    if s.brain.provider not in PROVIDERS:
-        raise ConfigError(
-            "brain.provider", f"{s.brain.provider!r} is not one of {', '.join(PROVIDERS)}"
-        )
-    if s.sandbox.mode not in SANDBOX_MODES:
-        raise ConfigError(
-            "sandbox.mode", f"{s.sandbox.mode!r} is not one of {', '.join(SANDBOX_MODES)}"
-        )
-    if s.sandbox.pidns not in SANDBOX_PIDNS:
-        raise ConfigError(
-            "sandbox.pidns", f"{s.sandbox.pidns!r} is not one of {', '.join(SANDBOX_PIDNS)}"
-        )
-    if s.photos.vision not in VISION_MODES:
-        raise ConfigError(
-            "photos.vision", f"{s.photos.vision!r} is not one of {', '.join(VISION_MODES)}"
-        )
-    if s.sandbox.fs not in SANDBOX_FS_LAYERS:
-        layers = ", ".join(SANDBOX_FS_LAYERS)
-        raise ConfigError("sandbox.fs", f"{s.sandbox.fs!r} is not one of {layers}")
+    choices = {
+        "brain.provider": (s.brain.provider, PROVIDERS),
+        "sandbox.mode": (s.sandbox.mode, SANDBOX_MODES),
+        "sandbox.pidns": (s.sandbox.pidns, SANDBOX_PIDNS),
+        "photos.vision": (s.photos.vision, VISION_MODES),
+        "sandbox.fs": (s.sandbox.fs, SANDBOX_FS_LAYERS),
+    }
+    for key, (chosen, allowed) in choices.items():
+        if chosen not in allowed:
+            raise ConfigError(key, f"{chosen!r} is not one of {', '.join(allowed)}")
     if not s.telegram.api_base.startswith(("http://", "https://")):
         raise ConfigError("telegram.api_base", "must start with http:// or https://")
     if s.brain.base_url and not s.brain.base_url.startswith(("http://", "https://")):
