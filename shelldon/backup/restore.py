@@ -260,12 +260,7 @@ def _prepare(
                 "shelldon": unpacked.shelldon_version,
                 "schema_from": unpacked.schema_version,
                 "tools": {r.name: r.outcome.value for r in results},
-                "distrusted": {
-                    "approved_tools": distrusted.approved_tools,
-                    "approvals": distrusted.approvals,
-                    "promotions": distrusted.promotions,
-                    "inbox": distrusted.inbox,
-                },
+                "distrusted": dataclasses.asdict(distrusted),
                 "config": config,
                 "set_aside": list(set_aside),
             },
