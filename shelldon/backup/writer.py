@@ -222,17 +222,12 @@ def _add_workspace(writer: _Writer, root: Path, workspace: _Workspace, left_out:
     return carried
 
 
-def _inside(path: Path, home: Path) -> bool:
-    resolved, home = path.resolve(), home.resolve()
-    return resolved == home or home in resolved.parents
-
-
 def _check_target(settings: Settings, path: Path, overwrite: bool) -> None:
     """Refuse a home with no pet, and a FILE inside the home, a directory or (without
     ``overwrite``) one that exists."""
     if not settings.database.is_file():
         raise BackupError(f"there is no pet at {settings.home} (no {settings.database.name})")
-    if _inside(path, settings.home):
+    if path.resolve().is_relative_to(settings.home.resolve()):
         raise BackupError(
             f"{path} is inside the pet's home {settings.home}; write the backup somewhere else"
         )
