@@ -42,7 +42,6 @@ from shelldon.backup.layout import (
     TOOLBOX_MEMBER,
     WORKSPACE_DIR,
     BackupError,
-    BackupLimits,
 )
 from shelldon.backup.reader import Unpacked, unpack_backup
 from shelldon.config import ConfigError, Settings, load_settings
@@ -335,7 +334,6 @@ def restore_backup(
     ask_config: AskConfig,
     *,
     force: bool = False,
-    limits: BackupLimits | None = None,
     on_checked: Callable[[Unpacked], None] | None = None,
     on_result: Callable[[ImportResult], None] | None = None,
 ) -> RestoreReport:
@@ -366,7 +364,7 @@ def restore_backup(
     make_private_dir(home)
     try:
         with _only_restore(home) as root:
-            unpacked = unpack_backup(backup, root, limits)
+            unpacked = unpack_backup(backup, root)
             if on_checked is not None:
                 on_checked(unpacked)
             report = _prepare(settings, backup, unpacked, ask_tool, ask_config, on_result)

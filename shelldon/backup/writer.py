@@ -252,12 +252,10 @@ def _snapshot(settings: Settings, work: Path) -> tuple[int, ExportReport, dict[s
         return store.schema_version, tools, quarantined
 
 
-def write_backup(
-    settings: Settings, path: Path, *, overwrite: bool = False, limits: BackupLimits | None = None
-) -> BackupReport:
+def write_backup(settings: Settings, path: Path, *, overwrite: bool = False) -> BackupReport:
     """Write the whole pet of ``settings``' home to the archive ``path`` (see the module
     docstring); ``BackupError`` says why not."""
-    limits = limits or BackupLimits()
+    limits = BackupLimits()
     _check_target(settings, path, overwrite)
     workspace = None
     if settings.workspace.is_symlink():
