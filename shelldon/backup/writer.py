@@ -86,18 +86,7 @@ def _walk_workspace(workspace: Path) -> _Workspace:
     for root, dirnames, filenames in os.walk(workspace, onerror=unreadable):
         base = Path(root).relative_to(workspace)
         kept: list[str] = []
-        for name in sorted(dirnames):
-            relative = (base / name).as_posix()
-            problem = _name_problem(relative)
-            if os.path.islink(Path(root) / name):
-                left_out.append(f"{relative}: a symbolic link")
-            elif problem:
-                left_out.append(f"{relative!r}: {problem}")
-            else:
-                kept.append(name)
-                dirs.append(relative)
-        dirnames[:] = kept
-        for name in sorted(filenames):
+        for name in sorted(dirnames) + sorted(filenames):
             relative = (base / name).as_posix()
             try:
                 st = os.lstat(Path(root) / name)
@@ -107,12 +96,16 @@ def _walk_workspace(workspace: Path) -> _Workspace:
             problem = _name_problem(relative)
             if stat.S_ISLNK(st.st_mode):
                 left_out.append(f"{relative}: a symbolic link")
-            elif not stat.S_ISREG(st.st_mode):
-                left_out.append(f"{relative}: not a regular file")
             elif problem:
                 left_out.append(f"{relative!r}: {problem}")
-            else:
+            elif stat.S_ISDIR(st.st_mode):
+                kept.append(name)
+                dirs.append(relative)
+            elif stat.S_ISREG(st.st_mode):
                 files.append((relative, st.st_size))
+            else:
+                left_out.append(f"{relative}: not a regular file")
+        dirnames[:] = kept
     return _Workspace(tuple(dirs), tuple(files), tuple(left_out))
 
 
