@@ -20,6 +20,8 @@ import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
+from shelldon.toolbox.atomic import fsync_dir
+
 
 class ConfigEditError(ValueError):
     """The config file cannot be edited safely; the message says what to do instead."""
@@ -115,10 +117,9 @@ def _read(path: Path) -> tuple[str, os.stat_result]:
 
 
 def write_atomically(path: Path, text: str, mode: int, uid: int, gid: int) -> None:
-    """Replace ``path`` with ``text`` as one rename: a temporary file in the same directory
-    with ``mode``, ``uid`` and ``gid``, synced, renamed over ``path``, the directory synced. A
-    crash leaves the old file or the new one, never half of one; a symlink put at ``path``
-    meanwhile is replaced, never followed."""
+    """Replace ``path`` with ``text`` by renaming over it a synced temporary file with ``mode``,
+    ``uid`` and ``gid``: a crash leaves the old file or the new one, never half of one, and a
+    symlink put at ``path`` meanwhile is replaced, never followed."""
     directory = path.parent
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".pair", dir=directory)
     tmp = Path(name)
@@ -134,11 +135,7 @@ def write_atomically(path: Path, text: str, mode: int, uid: int, gid: int) -> No
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_dir(directory)
 
 
 def add_owner(path: Path, user_id: int) -> None:
