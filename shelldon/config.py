@@ -220,24 +220,16 @@ def _coerce(key: str, kind: str, value: Any, *, from_env: bool) -> Any:
         if not isinstance(value, str):
             raise ConfigError(key, f"expected a string, got {value!r}")
         return value
-    if kind == "int":
+    if kind in ("int", "float"):
+        number, expected = (int, "an integer") if kind == "int" else (float, "a number")
         if from_env:
             try:
-                return int(value)
+                return number(value)
             except ValueError:
-                raise ConfigError(key, f"expected an integer, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(key, f"expected an integer, got {value!r}")
-        return value
-    if kind == "float":
-        if from_env:
-            try:
-                return float(value)
-            except ValueError:
-                raise ConfigError(key, f"expected a number, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(key, f"expected a number, got {value!r}")
-        return float(value)
+                raise ConfigError(key, f"expected {expected}, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, (int, number)):
+            raise ConfigError(key, f"expected {expected}, got {value!r}")
+        return number(value)
     if kind == "tuple[int, ...]":
         items: list[Any]
         if from_env:
