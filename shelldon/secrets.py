@@ -8,7 +8,6 @@ A secret file holds one value; surrounding whitespace is stripped. Values are ne
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import os
@@ -100,19 +99,10 @@ def _take_piped_secrets(env: MutableMapping[str, str]) -> None:
     raw_fd = env.pop(SECRETS_FD_VAR, None)
     if raw_fd is None or not raw_fd.isdigit():
         return
-    fd = int(raw_fd)
-    chunks = []
     try:
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-    except OSError:
-        return
-    finally:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    try:
-        piped = json.loads(b"".join(chunks) or b"{}")
-    except ValueError:
+        with open(int(raw_fd), "rb") as pipe:
+            piped = json.loads(pipe.read() or b"{}")
+    except (OSError, ValueError):
         return
     for name, var in SECRET_ENV.items():
         value = piped.get(var)
