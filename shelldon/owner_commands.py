@@ -284,8 +284,9 @@ def answer_command(
     *,
     chat_id: int,
 ) -> str:
-    """The reply to owner command ``name`` with argument ``arg``, typed in chat ``chat_id``
-    (any other name is told which commands there are)."""
+    """The reply to owner command ``name`` with argument ``arg``, typed in chat ``chat_id``; any
+    other ``/name`` was not sent to the model either, and its sender is told which commands
+    there are."""
     match name:
         case "start" | "help":
             return HELP
@@ -311,11 +312,6 @@ def answer_command(
             return usage_text(store, settings.brain, now)
         case "retire":
             return retire_tool(store, selfcode, arg, now, via="command")
-    return unknown_command_text(name)
-
-
-def unknown_command_text(name: str) -> str:
-    """The answer to a ``/name`` that is no owner command: it was not sent to the model."""
     known = " ".join(f"/{command}" for command, _ in OWNER_COMMANDS)
     return (
         f"I don't know /{name}, so I did nothing with it (it was not passed on to me as a "
