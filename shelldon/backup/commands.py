@@ -156,18 +156,14 @@ def run_restore(
     failed = [r.name for r in report.results if r.outcome.failed]
     added = [r.name for r in report.results if r.outcome is Outcome.PROMOTED]
     gone = report.distrusted
+    schema = f"v{report.backup.schema_version}"
+    if report.schema_version != report.backup.schema_version:
+        schema += f", migrated to v{report.schema_version}"
+    back = f" ({len(report.requarantined)} back in quarantine)" if report.requarantined else ""
     out.write(
-        f"restored into {settings.home}: conversation, facts, schedule and audit "
-        f"(schema v{report.backup.schema_version}"
-        + (
-            f", migrated to v{report.schema_version}"
-            if report.schema_version != report.backup.schema_version
-            else ""
-        )
-        + f"), {report.backup.workspace_files} workspace file(s), "
-        f"{len(added)} of {len(report.results)} tool(s)"
-        + (f" ({len(report.requarantined)} back in quarantine)" if report.requarantined else "")
-        + "\n"
+        f"restored into {settings.home}: conversation, facts, schedule and audit (schema "
+        f"{schema}), {report.backup.workspace_files} workspace file(s), "
+        f"{len(added)} of {len(report.results)} tool(s){back}\n"
     )
     if gone.approvals or gone.promotions or gone.inbox:
         out.write(
