@@ -270,6 +270,18 @@ def _build_section(name: str, table: Mapping[str, Any], environ: Mapping[str, st
     return cls(**values)
 
 
+_MAY_BE_ZERO = frozenset(
+    {
+        "brain.price_in_per_mtok",
+        "brain.price_out_per_mtok",
+        "limits.bail_margin_s",
+        "limits.kill_grace_s",
+        "limits.max_repair_rounds",
+    }
+)
+"""The numbers with rules of their own (in ``_validate``); every other one must be above 0."""
+
+
 def _validate(s: Settings) -> None:
     choices = {
         "brain.provider": (s.brain.provider, PROVIDERS),
@@ -285,36 +297,12 @@ def _validate(s: Settings) -> None:
         raise ConfigError("telegram.api_base", "must start with http:// or https://")
     if s.brain.base_url and not s.brain.base_url.startswith(("http://", "https://")):
         raise ConfigError("brain.base_url", "must start with http:// or https://")
+    for name, cls in _SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            key, value = f"{name}.{f.name}", getattr(getattr(s, name), f.name)
+            if f.type in ("int", "float") and key not in _MAY_BE_ZERO and value <= 0:
+                raise ConfigError(key, f"must be greater than 0, got {value}")
     lim = s.limits
-    positives = {
-        "limits.max_tool_executions": lim.max_tool_executions,
-        "limits.turn_timeout_s": lim.turn_timeout_s,
-        "limits.daily_turn_budget": lim.daily_turn_budget,
-        "limits.approval_ttl_s": lim.approval_ttl_s,
-        "limits.strike_threshold": lim.strike_threshold,
-        "limits.rlimit_as_mb": lim.rlimit_as_mb,
-        "limits.rlimit_cpu_s": lim.rlimit_cpu_s,
-        "limits.eval_timeout_s": lim.eval_timeout_s,
-        "limits.gate_timeout_s": lim.gate_timeout_s,
-        "limits.shell_timeout_s": lim.shell_timeout_s,
-        "limits.max_tool_output_chars": lim.max_tool_output_chars,
-        "limits.max_queue": lim.max_queue,
-        "limits.history_chars": lim.history_chars,
-        "limits.repair_report_chars": lim.repair_report_chars,
-        "limits.repair_code_chars": lim.repair_code_chars,
-        "brain.max_tokens": s.brain.max_tokens,
-        "telegram.poll_timeout_s": s.telegram.poll_timeout_s,
-        "sandbox.memory_max_mb": s.sandbox.memory_max_mb,
-        "sandbox.pids_max": s.sandbox.pids_max,
-        "sandbox.turns_memory_max_mb": s.sandbox.turns_memory_max_mb,
-        "sandbox.turns_pids_max": s.sandbox.turns_pids_max,
-        "photos.max_px": s.photos.max_px,
-        "photos.max_bytes": s.photos.max_bytes,
-        "photos.fetch_timeout_s": s.photos.fetch_timeout_s,
-    }
-    for key, value in positives.items():
-        if value <= 0:
-            raise ConfigError(key, f"must be greater than 0, got {value}")
     if lim.bail_margin_s < 0 or lim.bail_margin_s >= lim.turn_timeout_s:
         raise ConfigError("limits.bail_margin_s", "must be >= 0 and below limits.turn_timeout_s")
     if lim.kill_grace_s < 0:
