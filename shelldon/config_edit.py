@@ -11,7 +11,7 @@ the one changed: changing it would change some other value too.
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import os
 import re
 import stat
@@ -84,14 +84,11 @@ def with_owner(text: str, user_id: int) -> str:
             f"allowed_users already names {current!r}: pairing is for the first owner; "
             "edit the file to change who the owner is"
         )
-    expected = copy.deepcopy(before)
-    expected.setdefault("telegram", {})["allowed_users"] = [user_id]
+    expected = {**before, "telegram": {**table, "allowed_users": [user_id]}}
     for edited in _edits(text, user_id):
-        try:
+        with contextlib.suppress(tomllib.TOMLDecodeError):
             if tomllib.loads(edited) == expected:
                 return edited
-        except tomllib.TOMLDecodeError:
-            pass
     raise _by_hand(user_id)
 
 
