@@ -48,10 +48,8 @@ def is_local_url(url: str) -> bool:
 
 
 def provider_key(brain: BrainSettings) -> tuple[str, bool] | None:
-    """The secret the configured brain uses and whether it is required, or None (scripted).
-
-    An OpenAI-compatible server on this machine or the LAN (llama.cpp, Ollama) needs no key;
-    every other provider refuses to start without one."""
+    """The secret the configured brain uses and whether it is required, or None (scripted): an
+    OpenAI-compatible server on this machine or the LAN (llama.cpp, Ollama) needs no key."""
     if brain.provider == "anthropic":
         return "anthropic_api_key", True
     if brain.provider == "openai":
