@@ -392,30 +392,21 @@ def gather_checks(
         Check("provider", True, f"{settings.brain.provider} (model {settings.brain.model})"),
         _fallback_check(settings),
     ]
-    home_ok = settings.home.exists() and os.access(settings.home, os.W_OK)
-    checks.append(
-        Check(
-            "home writable",
-            home_ok or not settings.home.exists(),
-            "yes" if home_ok else ("will be created" if not settings.home.exists() else "no"),
-        )
-    )
+    if settings.home.exists():
+        writable = os.access(settings.home, os.W_OK)
+        checks.append(Check("home writable", writable, "yes" if writable else "no"))
+    else:
+        checks.append(Check("home writable", True, "will be created"))
     checks += _secret_checks(settings, for_run)
     shape = _token_shape_check(settings, for_run)
     if shape is not None:
         checks.append(shape)
-    users = settings.telegram.allowed_users
-    checks.append(
-        Check(
-            "telegram.allowed_users",
-            bool(users),
-            ", ".join(map(str, users))
-            if users
-            else "empty: nobody can talk to the pet yet; send the bot a message, then run "
-            "sudo shelldon pair CODE with the code it answers",
-            required=for_run,
-        )
+    users = ", ".join(map(str, settings.telegram.allowed_users))
+    nobody = (
+        "empty: nobody can talk to the pet yet; send the bot a message, then run "
+        "sudo shelldon pair CODE with the code it answers"
     )
+    checks.append(Check("telegram.allowed_users", bool(users), users or nobody, required=for_run))
     checks.append(_landlock_check())
     checks.extend(_sandbox_checks(settings))
     checks.append(_memory_controller_check(settings))
