@@ -334,9 +334,13 @@ def _secret_checks(settings: Settings, for_run: bool) -> list[Check]:
     """Each secret found (never its value) or missing, required when the configured provider,
     its fallback or ``run`` needs it."""
     checks: list[Check] = []
-    key = provider_key(settings.brain)
-    fb_key = fallback_key(settings.brain)
+    brain = settings.brain
+    key, fb_key = provider_key(brain), fallback_key(brain)
     needed = {k[0] for k in (key, fb_key) if k and k[1]}
+    # A key named but not needed: its server is local (the main's, else the fallback's).
+    local = {
+        k[0]: url for k, url in ((fb_key, brain.fallback.base_url), (key, brain.base_url)) if k
+    }
     names = ["telegram_token", "anthropic_api_key", "openai_api_key"]
     if fb_key is not None and fb_key[0] not in names:
         names.append(fb_key[0])
@@ -351,23 +355,18 @@ def _secret_checks(settings: Settings, for_run: bool) -> list[Check]:
             mode_check = _secret_file_mode_check(name, found[1])
             if mode_check is not None:
                 checks.append(mode_check)
+            continue
+        if name in needed:
+            user = "provider" if key == (name, True) else "fallback ([brain.fallback])"
+            detail, ok = f"missing (needed by the configured {user})", False
+        elif name in local:
+            detail, ok = f"not needed: {local[name]} is on this machine or the LAN", True
+        elif name == "telegram_token":
+            detail, ok = "missing (needed by `shelldon run`)", False
         else:
-            if name in needed:
-                main_needs = key == (name, True)
-                user = "provider" if main_needs else "fallback ([brain.fallback])"
-                detail, ok = f"missing (needed by the configured {user})", False
-            elif key is not None and key[0] == name:
-                local = settings.brain.base_url
-                detail, ok = f"not needed: {local} is on this machine or the LAN", True
-            elif fb_key is not None and fb_key[0] == name:
-                local = settings.brain.fallback.base_url
-                detail, ok = f"not needed: {local} is on this machine or the LAN", True
-            elif name == "telegram_token":
-                detail, ok = "missing (needed by `shelldon run`)", False
-            else:
-                detail, ok = "not needed by the configured provider", True
-            required = name in needed or (for_run and name == "telegram_token")
-            checks.append(Check(f"secret {name}", ok, detail, required=required))
+            detail, ok = "not needed by the configured provider", True
+        required = name in needed or (for_run and name == "telegram_token")
+        checks.append(Check(f"secret {name}", ok, detail, required=required))
     return checks
 
 
