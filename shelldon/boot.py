@@ -17,14 +17,6 @@ INTERRUPTED = 130
 """Exit status after Ctrl-C (128 + SIGINT), as shells report it."""
 
 
-def _console_fds() -> tuple[int, int, int, int]:
-    """Keep the terminal for the conversation; every process's stdout becomes the log file.
-    Returns (in, out, done_r, done_w) for ``actors.service.Console``."""
-    in_fd, out_fd = os.dup(0), os.dup(1)
-    done_r, done_w = os.pipe()
-    return in_fd, out_fd, done_r, done_w
-
-
 def _logs_to_file(settings: Settings) -> Path:
     path = settings.home / "logs" / "shelldon.jsonl"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -122,7 +114,9 @@ def boot_console(
     ``banner(log_path)`` is written first, ``closing(status)`` last; ``check`` runs the
     preflight check first, as ``shelldon run`` does."""
     prepare_home(settings)
-    fds = _console_fds()
+    # The terminal is kept for the conversation (in, out, and Console's done pipe); every
+    # process's stdout becomes the log file.
+    fds = (os.dup(0), os.dup(1), *os.pipe())
     log_path = _logs_to_file(settings)
     settings, zygote = _start(settings, "main")
     if check:

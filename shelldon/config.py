@@ -220,24 +220,16 @@ def _coerce(key: str, kind: str, value: Any, *, from_env: bool) -> Any:
         if not isinstance(value, str):
             raise ConfigError(key, f"expected a string, got {value!r}")
         return value
-    if kind == "int":
+    if kind in ("int", "float"):
+        number, expected = (int, "an integer") if kind == "int" else (float, "a number")
         if from_env:
             try:
-                return int(value)
+                return number(value)
             except ValueError:
-                raise ConfigError(key, f"expected an integer, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(key, f"expected an integer, got {value!r}")
-        return value
-    if kind == "float":
-        if from_env:
-            try:
-                return float(value)
-            except ValueError:
-                raise ConfigError(key, f"expected a number, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(key, f"expected a number, got {value!r}")
-        return float(value)
+                raise ConfigError(key, f"expected {expected}, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, (int, number)):
+            raise ConfigError(key, f"expected {expected}, got {value!r}")
+        return number(value)
     if kind == "tuple[int, ...]":
         items: list[Any]
         if from_env:
@@ -278,60 +270,39 @@ def _build_section(name: str, table: Mapping[str, Any], environ: Mapping[str, st
     return cls(**values)
 
 
+_MAY_BE_ZERO = frozenset(
+    {
+        "brain.price_in_per_mtok",
+        "brain.price_out_per_mtok",
+        "limits.bail_margin_s",
+        "limits.kill_grace_s",
+        "limits.max_repair_rounds",
+    }
+)
+"""The numbers with rules of their own (in ``_validate``); every other one must be above 0."""
+
+
 def _validate(s: Settings) -> None:
-    if s.brain.provider not in PROVIDERS:
-        raise ConfigError(
-            "brain.provider", f"{s.brain.provider!r} is not one of {', '.join(PROVIDERS)}"
-        )
-    if s.sandbox.mode not in SANDBOX_MODES:
-        raise ConfigError(
-            "sandbox.mode", f"{s.sandbox.mode!r} is not one of {', '.join(SANDBOX_MODES)}"
-        )
-    if s.sandbox.pidns not in SANDBOX_PIDNS:
-        raise ConfigError(
-            "sandbox.pidns", f"{s.sandbox.pidns!r} is not one of {', '.join(SANDBOX_PIDNS)}"
-        )
-    if s.photos.vision not in VISION_MODES:
-        raise ConfigError(
-            "photos.vision", f"{s.photos.vision!r} is not one of {', '.join(VISION_MODES)}"
-        )
-    if s.sandbox.fs not in SANDBOX_FS_LAYERS:
-        layers = ", ".join(SANDBOX_FS_LAYERS)
-        raise ConfigError("sandbox.fs", f"{s.sandbox.fs!r} is not one of {layers}")
+    choices = {
+        "brain.provider": (s.brain.provider, PROVIDERS),
+        "sandbox.mode": (s.sandbox.mode, SANDBOX_MODES),
+        "sandbox.pidns": (s.sandbox.pidns, SANDBOX_PIDNS),
+        "photos.vision": (s.photos.vision, VISION_MODES),
+        "sandbox.fs": (s.sandbox.fs, SANDBOX_FS_LAYERS),
+    }
+    for key, (chosen, allowed) in choices.items():
+        if chosen not in allowed:
+            raise ConfigError(key, f"{chosen!r} is not one of {', '.join(allowed)}")
     if not s.telegram.api_base.startswith(("http://", "https://")):
         raise ConfigError("telegram.api_base", "must start with http:// or https://")
     if s.brain.base_url and not s.brain.base_url.startswith(("http://", "https://")):
         raise ConfigError("brain.base_url", "must start with http:// or https://")
+    for name, cls in _SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            key, value = f"{name}.{f.name}", getattr(getattr(s, name), f.name)
+            if f.type in ("int", "float") and key not in _MAY_BE_ZERO and value <= 0:
+                raise ConfigError(key, f"must be greater than 0, got {value}")
     lim = s.limits
-    positives = {
-        "limits.max_tool_executions": lim.max_tool_executions,
-        "limits.turn_timeout_s": lim.turn_timeout_s,
-        "limits.daily_turn_budget": lim.daily_turn_budget,
-        "limits.approval_ttl_s": lim.approval_ttl_s,
-        "limits.strike_threshold": lim.strike_threshold,
-        "limits.rlimit_as_mb": lim.rlimit_as_mb,
-        "limits.rlimit_cpu_s": lim.rlimit_cpu_s,
-        "limits.eval_timeout_s": lim.eval_timeout_s,
-        "limits.gate_timeout_s": lim.gate_timeout_s,
-        "limits.shell_timeout_s": lim.shell_timeout_s,
-        "limits.max_tool_output_chars": lim.max_tool_output_chars,
-        "limits.max_queue": lim.max_queue,
-        "limits.history_chars": lim.history_chars,
-        "limits.repair_report_chars": lim.repair_report_chars,
-        "limits.repair_code_chars": lim.repair_code_chars,
-        "brain.max_tokens": s.brain.max_tokens,
-        "telegram.poll_timeout_s": s.telegram.poll_timeout_s,
-        "sandbox.memory_max_mb": s.sandbox.memory_max_mb,
-        "sandbox.pids_max": s.sandbox.pids_max,
-        "sandbox.turns_memory_max_mb": s.sandbox.turns_memory_max_mb,
-        "sandbox.turns_pids_max": s.sandbox.turns_pids_max,
-        "photos.max_px": s.photos.max_px,
-        "photos.max_bytes": s.photos.max_bytes,
-        "photos.fetch_timeout_s": s.photos.fetch_timeout_s,
-    }
-    for key, value in positives.items():
-        if value <= 0:
-            raise ConfigError(key, f"must be greater than 0, got {value}")
     if lim.bail_margin_s < 0 or lim.bail_margin_s >= lim.turn_timeout_s:
         raise ConfigError("limits.bail_margin_s", "must be >= 0 and below limits.turn_timeout_s")
     if lim.kill_grace_s < 0:

@@ -8,7 +8,6 @@ a config file exists, or ``--for run``), a missing bot token, a malformed one an
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import os
 import platform
@@ -55,30 +54,9 @@ PEAK_BUDGET_MB = 150
 """The service's peak PSS budget during a turn (the design's budget with the Anthropic
 provider); less available memory than this is a warning."""
 
-LANDLOCK_CREATE_RULESET_SYSCALL = 444
-"""``landlock_create_ruleset``: the same number on every architecture (new syscall table)."""
-
-LANDLOCK_CREATE_RULESET_VERSION = 1
-"""Flag asking ``landlock_create_ruleset`` for the highest ABI version instead of a ruleset."""
-
-
-def landlock_abi_version() -> int:
-    """The kernel's Landlock ABI version, 0 when it has none (or the syscall is filtered)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        version = libc.syscall(
-            ctypes.c_long(LANDLOCK_CREATE_RULESET_SYSCALL),
-            None,
-            ctypes.c_size_t(0),
-            ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION),
-        )
-    except (OSError, AttributeError):
-        return 0
-    return int(version) if version > 0 else 0
-
 
 def _landlock_check() -> Check:
-    abi = landlock_abi_version()
+    abi = sandbox.landlock_abi()
     if abi:
         return Check("landlock", True, f"ABI {abi}", required=False)
     # Raspberry Pi OS's stock kernel has no Landlock; the sandbox falls back to other layers.
@@ -356,9 +334,13 @@ def _secret_checks(settings: Settings, for_run: bool) -> list[Check]:
     """Each secret found (never its value) or missing, required when the configured provider,
     its fallback or ``run`` needs it."""
     checks: list[Check] = []
-    key = provider_key(settings.brain)
-    fb_key = fallback_key(settings.brain)
+    brain = settings.brain
+    key, fb_key = provider_key(brain), fallback_key(brain)
     needed = {k[0] for k in (key, fb_key) if k and k[1]}
+    # A key named but not needed: its server is local (the main's, else the fallback's).
+    local = {
+        k[0]: url for k, url in ((fb_key, brain.fallback.base_url), (key, brain.base_url)) if k
+    }
     names = ["telegram_token", "anthropic_api_key", "openai_api_key"]
     if fb_key is not None and fb_key[0] not in names:
         names.append(fb_key[0])
@@ -373,23 +355,18 @@ def _secret_checks(settings: Settings, for_run: bool) -> list[Check]:
             mode_check = _secret_file_mode_check(name, found[1])
             if mode_check is not None:
                 checks.append(mode_check)
+            continue
+        if name in needed:
+            user = "provider" if key == (name, True) else "fallback ([brain.fallback])"
+            detail, ok = f"missing (needed by the configured {user})", False
+        elif name in local:
+            detail, ok = f"not needed: {local[name]} is on this machine or the LAN", True
+        elif name == "telegram_token":
+            detail, ok = "missing (needed by `shelldon run`)", False
         else:
-            if name in needed:
-                main_needs = key == (name, True)
-                user = "provider" if main_needs else "fallback ([brain.fallback])"
-                detail, ok = f"missing (needed by the configured {user})", False
-            elif key is not None and key[0] == name:
-                local = settings.brain.base_url
-                detail, ok = f"not needed: {local} is on this machine or the LAN", True
-            elif fb_key is not None and fb_key[0] == name:
-                local = settings.brain.fallback.base_url
-                detail, ok = f"not needed: {local} is on this machine or the LAN", True
-            elif name == "telegram_token":
-                detail, ok = "missing (needed by `shelldon run`)", False
-            else:
-                detail, ok = "not needed by the configured provider", True
-            required = name in needed or (for_run and name == "telegram_token")
-            checks.append(Check(f"secret {name}", ok, detail, required=required))
+            detail, ok = "not needed by the configured provider", True
+        required = name in needed or (for_run and name == "telegram_token")
+        checks.append(Check(f"secret {name}", ok, detail, required=required))
     return checks
 
 
@@ -414,30 +391,21 @@ def gather_checks(
         Check("provider", True, f"{settings.brain.provider} (model {settings.brain.model})"),
         _fallback_check(settings),
     ]
-    home_ok = settings.home.exists() and os.access(settings.home, os.W_OK)
-    checks.append(
-        Check(
-            "home writable",
-            home_ok or not settings.home.exists(),
-            "yes" if home_ok else ("will be created" if not settings.home.exists() else "no"),
-        )
-    )
+    if settings.home.exists():
+        writable = os.access(settings.home, os.W_OK)
+        checks.append(Check("home writable", writable, "yes" if writable else "no"))
+    else:
+        checks.append(Check("home writable", True, "will be created"))
     checks += _secret_checks(settings, for_run)
     shape = _token_shape_check(settings, for_run)
     if shape is not None:
         checks.append(shape)
-    users = settings.telegram.allowed_users
-    checks.append(
-        Check(
-            "telegram.allowed_users",
-            bool(users),
-            ", ".join(map(str, users))
-            if users
-            else "empty: nobody can talk to the pet yet; send the bot a message, then run "
-            "sudo shelldon pair CODE with the code it answers",
-            required=for_run,
-        )
+    users = ", ".join(map(str, settings.telegram.allowed_users))
+    nobody = (
+        "empty: nobody can talk to the pet yet; send the bot a message, then run "
+        "sudo shelldon pair CODE with the code it answers"
     )
+    checks.append(Check("telegram.allowed_users", bool(users), users or nobody, required=for_run))
     checks.append(_landlock_check())
     checks.extend(_sandbox_checks(settings))
     checks.append(_memory_controller_check(settings))

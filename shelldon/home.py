@@ -1,10 +1,8 @@
 """The pet's home on disk: private by default.
 
-``shelldon run``, ``chat`` and ``demo`` create what is missing of the home, its vault, its
-workspace, its toolbox and its log directory as 0700 (whatever the umask says), and the
-database is created 0600 (``shelldon.store.Store``): conversations, facts and keys are
-the owner's alone.
-Directories that already exist keep their mode; ``shelldon doctor`` warns about a secret file
+``shelldon run``, ``chat`` and ``demo`` create what is missing of it 0700 whatever the umask,
+and the database 0600 (``shelldon.store.Store``): conversations, facts and keys are the owner's
+alone. A directory that exists keeps its mode; ``shelldon doctor`` warns about a secret file
 others can read.
 """
 

@@ -81,13 +81,9 @@ def pending_text(store: Store, now: float) -> str:
         return "Nothing is waiting for you."
     lines = [f"{len(rows)} waiting for your tap:"]
     for p in rows:
-        what = {"approval": "run", "promotion": "add tool", "repair": "fix tool"}.get(
-            p.kind, p.kind
-        )
-        left = p.expires_at - now
-        lines.append(
-            f"• {what}: {p.summary} — {_age(now - p.created_at)} old, expires in {_age(left)}"
-        )
+        what = {"approval": "run", "promotion": "add tool", "repair": "fix tool"}.get(p.kind)
+        age, left = _age(now - p.created_at), _age(p.expires_at - now)
+        lines.append(f"• {what or p.kind}: {p.summary} — {age} old, expires in {left}")
     return "\n".join(lines)
 
 
@@ -194,8 +190,7 @@ def cancel_scheduled(store: Store, arg: str, now: float) -> str:
 def usage_cost(row: UsageRow, brain: BrainSettings) -> float | None:
     """What ``row``'s calls cost at the configured prices, or None when no price is known for
     its provider and model (prices are set for ``[brain]`` and ``[brain.fallback]`` only)."""
-    fb = brain.fallback
-    for priced in (brain, fb):
+    for priced in (brain, brain.fallback):
         if (row.provider, row.model) != (priced.provider, priced.model):
             continue
         if priced.price_in_per_mtok > 0 or priced.price_out_per_mtok > 0:
@@ -284,8 +279,9 @@ def answer_command(
     *,
     chat_id: int,
 ) -> str:
-    """The reply to owner command ``name`` with argument ``arg``, typed in chat ``chat_id``
-    (any other name is told which commands there are)."""
+    """The reply to owner command ``name`` with argument ``arg``, typed in chat ``chat_id``; any
+    other ``/name`` was not sent to the model either, and its sender is told which commands
+    there are."""
     match name:
         case "start" | "help":
             return HELP
@@ -311,11 +307,6 @@ def answer_command(
             return usage_text(store, settings.brain, now)
         case "retire":
             return retire_tool(store, selfcode, arg, now, via="command")
-    return unknown_command_text(name)
-
-
-def unknown_command_text(name: str) -> str:
-    """The answer to a ``/name`` that is no owner command: it was not sent to the model."""
     known = " ".join(f"/{command}" for command, _ in OWNER_COMMANDS)
     return (
         f"I don't know /{name}, so I did nothing with it (it was not passed on to me as a "

@@ -38,11 +38,6 @@ class Preflight:
     warnings: tuple[str, ...] = ()
 
 
-def looks_like_bot_token(value: str) -> bool:
-    """Whether ``value`` has the shape of a Telegram bot token."""
-    return bool(BOT_TOKEN_SHAPE.match(value))
-
-
 def token_problem(settings: Settings, environ: MutableMapping[str, str] | None = None) -> str:
     """Why the bot token cannot work ("" when it looks right). Never includes the value."""
     try:
@@ -55,7 +50,7 @@ def token_problem(settings: Settings, environ: MutableMapping[str, str] | None =
             f"{settings.vault / 'telegram_token'} (mode 0600), or as installed: "
             "sudo /opt/shelldon/src/deploy/install.sh --credential telegram_token"
         )
-    if not looks_like_bot_token(found[0]):
+    if not BOT_TOKEN_SHAPE.match(found[0]):
         return (
             f"the bot token in {found[1]} does not look like one from @BotFather "
             "(<bot id>:<about 35 letters, digits, - or _>): check telegram_token"

@@ -32,14 +32,12 @@ def socket_address(raw: str) -> str | bytes | None:
     return None
 
 
-def watchdog_interval_s(environ: MutableMapping[str, str], pid: int | None = None) -> float | None:
-    """The watchdog interval in seconds, or None when systemd watches no process of ours.
-
-    ``$WATCHDOG_PID``, when set, names the watched process: any other process is not watched.
-    """
+def watchdog_interval_s(environ: MutableMapping[str, str]) -> float | None:
+    """The watchdog interval in seconds, or None when systemd watches no process of ours
+    (``$WATCHDOG_PID``, when set, names the one it watches)."""
     raw = environ.get("WATCHDOG_USEC", "")
     watched = environ.get("WATCHDOG_PID", "")
-    if watched and watched != str(os.getpid() if pid is None else pid):
+    if watched and watched != str(os.getpid()):
         return None
     try:
         usec = int(raw)
@@ -49,7 +47,7 @@ def watchdog_interval_s(environ: MutableMapping[str, str], pid: int | None = Non
 
 
 class Notifier:
-    """Sends ``KEY=VALUE`` lines to systemd; ``enabled`` is False when there is no socket."""
+    """Sends ``KEY=VALUE`` lines to systemd; ``address`` is None when there is no socket."""
 
     def __init__(self, address: str | bytes | None, watchdog_s: float | None = None) -> None:
         self.address = address
@@ -57,25 +55,17 @@ class Notifier:
         self._sock: socket.socket | None = None
 
     @classmethod
-    def from_environ(
-        cls, environ: MutableMapping[str, str] | None = None, *, unset: bool = True
-    ) -> Notifier:
-        """Read (and by default remove) ``$NOTIFY_SOCKET`` and the watchdog variables."""
+    def from_environ(cls, environ: MutableMapping[str, str] | None = None) -> Notifier:
+        """Read and remove ``$NOTIFY_SOCKET`` and the watchdog variables."""
         env = os.environ if environ is None else environ
         raw = env.get("NOTIFY_SOCKET", "")
         address = socket_address(raw) if raw else None
         if raw and address is None:
             log.warning("notify_socket_unusable", notify_socket=raw)
         watchdog_s = watchdog_interval_s(env)
-        if unset:
-            for name in NOTIFY_VARS:
-                env.pop(name, None)
+        for name in NOTIFY_VARS:
+            env.pop(name, None)
         return cls(address, watchdog_s)
-
-    @property
-    def enabled(self) -> bool:
-        """Whether there is a socket to send to."""
-        return self.address is not None
 
     def notify(self, *fields: str) -> bool:
         """Send ``fields`` (e.g. ``"READY=1"``) in one datagram; True when it was sent."""

@@ -8,7 +8,6 @@ A secret file holds one value; surrounding whitespace is stripped. Values are ne
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import os
@@ -49,10 +48,8 @@ def is_local_url(url: str) -> bool:
 
 
 def provider_key(brain: BrainSettings) -> tuple[str, bool] | None:
-    """The secret the configured brain uses and whether it is required, or None (scripted).
-
-    An OpenAI-compatible server on this machine or the LAN (llama.cpp, Ollama) needs no key;
-    every other provider refuses to start without one."""
+    """The secret the configured brain uses and whether it is required, or None (scripted): an
+    OpenAI-compatible server on this machine or the LAN (llama.cpp, Ollama) needs no key."""
     if brain.provider == "anthropic":
         return "anthropic_api_key", True
     if brain.provider == "openai":
@@ -100,19 +97,10 @@ def _take_piped_secrets(env: MutableMapping[str, str]) -> None:
     raw_fd = env.pop(SECRETS_FD_VAR, None)
     if raw_fd is None or not raw_fd.isdigit():
         return
-    fd = int(raw_fd)
-    chunks = []
     try:
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-    except OSError:
-        return
-    finally:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    try:
-        piped = json.loads(b"".join(chunks) or b"{}")
-    except ValueError:
+        with open(int(raw_fd), "rb") as pipe:
+            piped = json.loads(pipe.read() or b"{}")
+    except (OSError, ValueError):
         return
     for name, var in SECRET_ENV.items():
         value = piped.get(var)
@@ -130,22 +118,12 @@ def take_env_secrets(environ: MutableMapping[str, str] | None = None) -> None:
             _env_taken[name] = value.strip()
 
 
-def secret_sources(vault: Path, environ: MutableMapping[str, str] | None = None) -> list[Path]:
-    """The directories searched for secret files, in order."""
-    env = os.environ if environ is None else environ
-    dirs = []
-    creds = env.get("CREDENTIALS_DIRECTORY")
-    if creds:
-        dirs.append(Path(creds))
-    dirs.append(vault)
-    return dirs
-
-
 def find_secret(
     name: str, vault: Path, environ: MutableMapping[str, str] | None = None
 ) -> tuple[str, str] | None:
     """Return ``(value, where)`` for secret ``name``, or None. ``where`` never holds the value."""
-    for directory in secret_sources(vault, environ):
+    creds = (os.environ if environ is None else environ).get("CREDENTIALS_DIRECTORY")
+    for directory in (Path(creds), vault) if creds else (vault,):
         path = directory / name
         try:
             value = path.read_text(encoding="utf-8").strip()

@@ -104,20 +104,17 @@ def _say_restored(out: TextIO, quarantined: set[str]) -> Callable[[ImportResult]
     return restored
 
 
-def _say_checked(out: TextIO) -> Callable[[Unpacked], None]:
-    def say(unpacked: Unpacked) -> None:
-        made = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(unpacked.created_at))
-        out.write(
-            f"checked: a backup made {made} by shelldon {printable(unpacked.shelldon_version)}: "
-            f"database schema v{unpacked.schema_version}, {len(unpacked.tools)} tool(s), "
-            f"{unpacked.workspace_files} workspace file(s)"
-            f"{', a config' if unpacked.has_config else ''}\n"
-        )
-        if unpacked.tools:
-            out.write("each tool is gated again (real pytest) and put to you\n")
-        out.flush()
-
-    return say
+def _say_checked(out: TextIO, unpacked: Unpacked) -> None:
+    made = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(unpacked.created_at))
+    out.write(
+        f"checked: a backup made {made} by shelldon {printable(unpacked.shelldon_version)}: "
+        f"database schema v{unpacked.schema_version}, {len(unpacked.tools)} tool(s), "
+        f"{unpacked.workspace_files} workspace file(s)"
+        f"{', a config' if unpacked.has_config else ''}\n"
+    )
+    if unpacked.tools:
+        out.write("each tool is gated again (real pytest) and put to you\n")
+    out.flush()
 
 
 def run_restore(
@@ -135,7 +132,7 @@ def run_restore(
 
     def checked(unpacked: Unpacked) -> None:
         quarantined.update(name for name, _reason in unpacked.quarantined)
-        _say_checked(out)(unpacked)
+        _say_checked(out, unpacked)
 
     try:
         report = restore_backup(
@@ -159,18 +156,14 @@ def run_restore(
     failed = [r.name for r in report.results if r.outcome.failed]
     added = [r.name for r in report.results if r.outcome is Outcome.PROMOTED]
     gone = report.distrusted
+    schema = f"v{report.backup.schema_version}"
+    if report.schema_version != report.backup.schema_version:
+        schema += f", migrated to v{report.schema_version}"
+    back = f" ({len(report.requarantined)} back in quarantine)" if report.requarantined else ""
     out.write(
-        f"restored into {settings.home}: conversation, facts, schedule and audit "
-        f"(schema v{report.backup.schema_version}"
-        + (
-            f", migrated to v{report.schema_version}"
-            if report.schema_version != report.backup.schema_version
-            else ""
-        )
-        + f"), {report.backup.workspace_files} workspace file(s), "
-        f"{len(added)} of {len(report.results)} tool(s)"
-        + (f" ({len(report.requarantined)} back in quarantine)" if report.requarantined else "")
-        + "\n"
+        f"restored into {settings.home}: conversation, facts, schedule and audit (schema "
+        f"{schema}), {report.backup.workspace_files} workspace file(s), "
+        f"{len(added)} of {len(report.results)} tool(s){back}\n"
     )
     if gone.approvals or gone.promotions or gone.inbox:
         out.write(

@@ -48,17 +48,15 @@ class BackupLimits:
 def member_kind(name: str, *, is_dir: bool) -> str:
     """Which part of the pet a (checked, normalised) member name is: "index", "database",
     "config", "toolbox", "workspace"; "" when a backup may not hold it."""
-    if is_dir:
-        return "workspace" if name == WORKSPACE_DIR or name.startswith("workspace/") else ""
+    if name.startswith(f"{WORKSPACE_DIR}/") or (is_dir and name == WORKSPACE_DIR):
+        return "workspace"
     kinds = {
         INDEX_MEMBER: "index",
         DATABASE_MEMBER: "database",
         CONFIG_MEMBER: "config",
         TOOLBOX_MEMBER: "toolbox",
     }
-    if name in kinds:
-        return kinds[name]
-    return "workspace" if name.startswith("workspace/") else ""
+    return "" if is_dir else kinds.get(name, "")
 
 
 def member_cap(kind: str, limits: BackupLimits) -> int:

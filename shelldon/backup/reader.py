@@ -225,10 +225,10 @@ def _check_files(listed: dict[str, Any], files: dict[str, tuple[int, str]]) -> N
             raise BackupError(f"the backup has no {required}")
 
 
-def unpack_backup(path: Path, root: Path, limits: BackupLimits | None = None) -> Unpacked:
+def unpack_backup(path: Path, root: Path) -> Unpacked:
     """Unpack the backup at ``path`` into the empty directory ``root`` and check it whole (see
     the module docstring); ``BackupError`` says why it was refused."""
-    limits = limits or BackupLimits()
+    limits = BackupLimits()
     try:
         size = path.stat().st_size
     except OSError as exc:

@@ -42,7 +42,6 @@ from shelldon.backup.layout import (
     TOOLBOX_MEMBER,
     WORKSPACE_DIR,
     BackupError,
-    BackupLimits,
 )
 from shelldon.backup.reader import Unpacked, unpack_backup
 from shelldon.config import ConfigError, Settings, load_settings
@@ -189,22 +188,6 @@ def _give_to_home_owner(paths: list[Path], home: Path) -> None:
                     os.lchown(Path(root) / name, st.st_uid, st.st_gid)
 
 
-@dataclass
-class _Moves:
-    """Renames done so far, undone in reverse order if a later one fails."""
-
-    done: list[tuple[Path, Path]]
-
-    def move(self, source: Path, target: Path) -> None:
-        os.replace(source, target)
-        self.done.append((source, target))
-
-    def undo(self) -> None:
-        for source, target in reversed(self.done):
-            with contextlib.suppress(OSError):
-                os.replace(target, source)
-
-
 def _prepare(
     settings: Settings,
     backup: Path,
@@ -260,12 +243,7 @@ def _prepare(
                 "shelldon": unpacked.shelldon_version,
                 "schema_from": unpacked.schema_version,
                 "tools": {r.name: r.outcome.value for r in results},
-                "distrusted": {
-                    "approved_tools": distrusted.approved_tools,
-                    "approvals": distrusted.approvals,
-                    "promotions": distrusted.promotions,
-                    "inbox": distrusted.inbox,
-                },
+                "distrusted": dataclasses.asdict(distrusted),
                 "config": config,
                 "set_aside": list(set_aside),
             },
@@ -284,26 +262,33 @@ def _move_into_place(
     home = settings.home
     parts = (*_PET_PARTS, f"{DATABASE_MEMBER}-wal", f"{DATABASE_MEMBER}-shm")
     present = [p for p in parts if os.path.lexists(home / p)]
-    moves = _Moves([])
+    done: list[tuple[Path, Path]] = []  # the renames so far, undone if a later one fails
     aside: Path | None = None
     kept: Path | None = None
+
+    def move(source: Path, target: Path) -> None:
+        os.replace(source, target)
+        done.append((source, target))
+
     try:
         if present:
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
             aside = Path(tempfile.mkdtemp(prefix=f"replaced-{stamp}-", dir=home))
             _give_to_home_owner([aside], home)
             for part in present:
-                moves.move(home / part, aside / part)
+                move(home / part, aside / part)
         for part in _PET_PARTS:
-            moves.move(root / part, home / part)
+            move(root / part, home / part)
         if config:
-            moves.move(root / CONFIG_MEMBER, home / config)
+            move(root / CONFIG_MEMBER, home / config)
         if keep_toolbox:
             kept = home / NOT_RESTORED_TOOLS
-            moves.move(root / TOOLBOX_MEMBER, kept)
+            move(root / TOOLBOX_MEMBER, kept)
         fsync_dir(home)
     except BaseException:
-        moves.undo()
+        for source, target in reversed(done):
+            with contextlib.suppress(OSError):
+                os.replace(target, source)
         raise
     if aside is not None and not had_pet:
         shutil.rmtree(aside, ignore_errors=True)  # empty directories and an empty database
@@ -340,7 +325,6 @@ def restore_backup(
     ask_config: AskConfig,
     *,
     force: bool = False,
-    limits: BackupLimits | None = None,
     on_checked: Callable[[Unpacked], None] | None = None,
     on_result: Callable[[ImportResult], None] | None = None,
 ) -> RestoreReport:
@@ -371,7 +355,7 @@ def restore_backup(
     make_private_dir(home)
     try:
         with _only_restore(home) as root:
-            unpacked = unpack_backup(backup, root, limits)
+            unpacked = unpack_backup(backup, root)
             if on_checked is not None:
                 on_checked(unpacked)
             report = _prepare(settings, backup, unpacked, ask_tool, ask_config, on_result)

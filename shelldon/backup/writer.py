@@ -86,18 +86,7 @@ def _walk_workspace(workspace: Path) -> _Workspace:
     for root, dirnames, filenames in os.walk(workspace, onerror=unreadable):
         base = Path(root).relative_to(workspace)
         kept: list[str] = []
-        for name in sorted(dirnames):
-            relative = (base / name).as_posix()
-            problem = _name_problem(relative)
-            if os.path.islink(Path(root) / name):
-                left_out.append(f"{relative}: a symbolic link")
-            elif problem:
-                left_out.append(f"{relative!r}: {problem}")
-            else:
-                kept.append(name)
-                dirs.append(relative)
-        dirnames[:] = kept
-        for name in sorted(filenames):
+        for name in sorted(dirnames) + sorted(filenames):
             relative = (base / name).as_posix()
             try:
                 st = os.lstat(Path(root) / name)
@@ -107,12 +96,16 @@ def _walk_workspace(workspace: Path) -> _Workspace:
             problem = _name_problem(relative)
             if stat.S_ISLNK(st.st_mode):
                 left_out.append(f"{relative}: a symbolic link")
-            elif not stat.S_ISREG(st.st_mode):
-                left_out.append(f"{relative}: not a regular file")
             elif problem:
                 left_out.append(f"{relative!r}: {problem}")
-            else:
+            elif stat.S_ISDIR(st.st_mode):
+                kept.append(name)
+                dirs.append(relative)
+            elif stat.S_ISREG(st.st_mode):
                 files.append((relative, st.st_size))
+            else:
+                left_out.append(f"{relative}: not a regular file")
+        dirnames[:] = kept
     return _Workspace(tuple(dirs), tuple(files), tuple(left_out))
 
 
@@ -222,17 +215,12 @@ def _add_workspace(writer: _Writer, root: Path, workspace: _Workspace, left_out:
     return carried
 
 
-def _inside(path: Path, home: Path) -> bool:
-    resolved, home = path.resolve(), home.resolve()
-    return resolved == home or home in resolved.parents
-
-
 def _check_target(settings: Settings, path: Path, overwrite: bool) -> None:
     """Refuse a home with no pet, and a FILE inside the home, a directory or (without
     ``overwrite``) one that exists."""
     if not settings.database.is_file():
         raise BackupError(f"there is no pet at {settings.home} (no {settings.database.name})")
-    if _inside(path, settings.home):
+    if path.resolve().is_relative_to(settings.home.resolve()):
         raise BackupError(
             f"{path} is inside the pet's home {settings.home}; write the backup somewhere else"
         )
@@ -257,12 +245,10 @@ def _snapshot(settings: Settings, work: Path) -> tuple[int, ExportReport, dict[s
         return store.schema_version, tools, quarantined
 
 
-def write_backup(
-    settings: Settings, path: Path, *, overwrite: bool = False, limits: BackupLimits | None = None
-) -> BackupReport:
+def write_backup(settings: Settings, path: Path, *, overwrite: bool = False) -> BackupReport:
     """Write the whole pet of ``settings``' home to the archive ``path`` (see the module
     docstring); ``BackupError`` says why not."""
-    limits = limits or BackupLimits()
+    limits = BackupLimits()
     _check_target(settings, path, overwrite)
     workspace = None
     if settings.workspace.is_symlink():

@@ -18,11 +18,11 @@ from shelldon.config import SandboxSettings, Settings, load_settings
 from shelldon.doctor import (
     Check,
     gather_checks,
-    landlock_abi_version,
     read_meminfo,
     run_doctor,
     unit_memory_max_mb,
 )
+from shelldon.proc.sandbox import landlock_abi
 from shelldon.toolbox.toolbox import Toolbox
 from tests.unit.selfcode.samples import ADDER, promote
 
@@ -113,7 +113,7 @@ def test_with_a_config_file_doctor_checks_for_run(tmp_path: Path) -> None:
 
 
 def test_landlock_line_matches_the_kernel(settings: Settings) -> None:
-    abi = landlock_abi_version()
+    abi = landlock_abi()
     check = by_name(gather_checks(settings), "landlock")
     assert check.ok == (abi > 0)
     assert not check.required  # the Pi's stock kernel has none; other layers take over

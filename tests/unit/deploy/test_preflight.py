@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from shelldon.config import Settings, load_settings
-from shelldon.preflight import looks_like_bot_token, preflight
+from shelldon.preflight import BOT_TOKEN_SHAPE, preflight
 from shelldon.secrets import forget_env_secrets
 
 GOOD_TOKEN = "123456789:AAHfiqksKZ8WmR2zSjiQ7_v4TMAKdiHm9T0"
@@ -121,9 +121,9 @@ def test_a_key_from_the_environment_counts(home: Path) -> None:
 
 
 def test_token_shape() -> None:
-    assert looks_like_bot_token(GOOD_TOKEN)
-    assert not looks_like_bot_token(GOOD_TOKEN + "\n/../x")
-    assert not looks_like_bot_token("")
+    assert BOT_TOKEN_SHAPE.match(GOOD_TOKEN)
+    assert not BOT_TOKEN_SHAPE.match(GOOD_TOKEN + "\n/../x")
+    assert not BOT_TOKEN_SHAPE.match("")
 
 
 def test_a_fallback_without_its_key_is_refused_naming_it(home: Path) -> None:

@@ -30,7 +30,7 @@ def test_abstract_namespace_name_becomes_a_leading_nul() -> None:
 def test_an_unusable_notify_socket_value_is_refused() -> None:
     assert socket_address("relative/path") is None
     assert socket_address("@") is None
-    assert not Notifier.from_environ({"NOTIFY_SOCKET": "nonsense"}).enabled
+    assert Notifier.from_environ({"NOTIFY_SOCKET": "nonsense"}).address is None
 
 
 def test_ready_arrives_as_one_datagram_on_a_path_socket(tmp_path: Path) -> None:
@@ -59,14 +59,14 @@ def test_ready_arrives_on_an_abstract_socket() -> None:
 
 def test_without_systemd_notifying_is_a_quiet_no_op() -> None:
     notifier = Notifier.from_environ({})
-    assert not notifier.enabled
+    assert notifier.address is None
     assert notifier.ready() is False
     assert notifier.watchdog_s is None
 
 
 def test_a_vanished_socket_never_raises(tmp_path: Path) -> None:
     notifier = Notifier.from_environ({"NOTIFY_SOCKET": str(tmp_path / "gone")})
-    assert notifier.enabled
+    assert notifier.address is not None
     assert notifier.ready() is False  # logged, not raised: the service keeps running
     notifier.close()
 
