@@ -1,11 +1,7 @@
 """The zygote process: forks every per-turn worker, reports each exit, keeps the spare.
 
-Forked by ``shelldon.worker.zygote.Zygote.start`` before the service reads any secret
-(``zygote_main`` there is its whole life). ``ZygoteServer`` answers the control socket's
-requests (the protocol is in ``shelldon.worker.zygote``), holds the real handle of every worker
-and gate it handed out, watches them (pidfd), and writes each one's exit code into its exit pipe
-once it has swept and reaped it; it kills one still running ``BACKSTOP_S`` past its deadline and
-grace.
+``ZygoteServer`` is what ``shelldon.worker.zygote.zygote_main`` runs once the zygote is forked;
+the protocol and the exit, backstop and spare rules are described in that module.
 """
 
 from __future__ import annotations
@@ -18,7 +14,6 @@ import select
 import socket
 import struct
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,10 +131,6 @@ class ZygoteServer:
         self.keep_spare = spare
         self.spare: Spare | None = None
         self.workers: dict[int, Worker] = {}
-        self.handlers: dict[str, Callable[[dict[str, Any]], None]] = {
-            "kill": self.kill,
-            "close": self.close,
-        }
 
     def serve(self) -> None:
         """Answer requests and report exits until the client hangs up, then kill and reap
@@ -239,7 +230,7 @@ class ZygoteServer:
                 if op == "ping":
                     self.reply(self.sock, {**self.ping(), "id": seq, "ok": True})
                 else:
-                    self.handlers[op](request)
+                    (self.kill if op == "kill" else self.close)(request)
             elif op == "spawn":
                 self.spawn(reply_to, read_request(fds.pop(0)))
             else:
@@ -294,29 +285,22 @@ class ZygoteServer:
             contract = decode(blob)
         except ContractError as exc:
             raise RequestError("protocol", f"bad request: {exc}") from exc
-        turn: TurnRequest | None = None
-        resume: ResumeRequest | None = None
-        if isinstance(contract, TurnRequest):
-            turn = contract
-        elif isinstance(contract, ResumeRequest):
-            resume = contract
-        else:
+        if not isinstance(contract, TurnRequest | ResumeRequest):
             raise RequestError("protocol", f"no worker runs a {type(contract).__name__}")
-        handle = self.take_spare(turn, blob) if turn is not None else None
+        handle = self.take_spare(contract, blob) if isinstance(contract, TurnRequest) else None
         if handle is None:
             self.discover()
             try:
-                if turn is not None:
+                if isinstance(contract, TurnRequest):
                     handle = spawn.spawn_turn(
-                        turn,
+                        contract,
                         self.settings,
                         registry_factory=self.registry_factory,
                         rulesets=self.rulesets,
                     )
                 else:
-                    assert resume is not None
                     handle = spawn.spawn_resume(
-                        resume, self.settings, registry_factory=self.registry_factory
+                        contract, self.settings, registry_factory=self.registry_factory
                     )
             except SpawnError as exc:
                 self.refill()  # no worker for this turn; maybe one for the next
@@ -432,8 +416,7 @@ class ZygoteServer:
 
     def take_spare(self, turn: TurnRequest, blob: bytes) -> WorkerHandle | None:
         """The spare, assigned ``turn`` (``blob``, as the service encoded it; deadline fixed
-        now); None if there is no usable one,
-        after discarding one that is stale, dead or stuck."""
+        now); None if there is no usable one, after discarding one that is stale, dead or stuck."""
         spare, self.spare = self.spare, None
         if spare is None:
             return None
