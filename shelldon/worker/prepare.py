@@ -85,16 +85,6 @@ def scrub_environment() -> None:
         del os.environ[name]  # os.environ's __delitem__ also unsetenv()s the C environment
 
 
-def confine(c: sandbox.Confinement, *, network: bool = False, join_cgroup: bool = False) -> None:
-    """Kernel confinement hook (seccomp / Landlock or namespaces / a cgroup per turn).
-
-    Called in every worker after descriptors, environment and RLIMITs are set and before any
-    tool is imported or run, applying what the parent prepared (``c``). ``network=True`` is a
-    resumed turn's first step (its approved RISKY call runs next); a second call closes the rest.
-    """
-    sandbox.confine_worker(c, network=network, join_cgroup=join_cgroup)
-
-
 def prepare_child(
     keep_fd: int,
     parent_pid: int,
@@ -126,9 +116,10 @@ def prepare_child(
     forget_env_secrets()
     lim = settings.limits
     apply_limits(ProcessLimits(address_space_mb=lim.rlimit_as_mb, cpu_s=lim.rlimit_cpu_s))
-    # A plain turn runs a tool only after the parent's first Completion, by which time the
-    # parent has moved it into the cgroup; a resume runs its approved call at once, so it
-    # joins by itself first.
-    confine(confinement, network=network, join_cgroup=network)
+    # Confined before any tool is imported or run. A plain turn runs a tool only after the
+    # parent's first Completion, by which time the parent has moved it into the cgroup; a
+    # resume runs its approved call at once, so it joins by itself first (and its second
+    # ``confine_worker`` call, after that call, closes the rest).
+    sandbox.confine_worker(confinement, network=network, join_cgroup=network)
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(actor="worker", turn_id=turn_id)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import gc
 import math
 import os
@@ -30,11 +31,11 @@ from shelldon.config import Settings
 from shelldon.contracts import Result, ResumeRequest, TurnRequest
 from shelldon.proc import sandbox
 from shelldon.proc.child import Child, SpawnError
-from shelldon.worker.approved import confined_runner
+from shelldon.worker.approved import run_approved
 from shelldon.worker.channel import send_frame, send_packed
 from shelldon.worker.handle import EXIT_CHANNEL, EXIT_CRASH, EXIT_OK, WorkerHandle
 from shelldon.worker.loop import Ask, run_resume, run_turn
-from shelldon.worker.prepare import confine, prepare_child
+from shelldon.worker.prepare import prepare_child
 from shelldon.worker.relay import channel_announce, channel_ask, result_frame
 from shelldon.worker.spare import SPARE_TURN_ID, NoAssignment, await_assignment, rehearse_assignment
 from shelldon.worker.tools import Registry, build_registry
@@ -87,12 +88,14 @@ def _worker_main(
             if failure is not None:
                 raise failure
         assert registry is not None
-        registry.announce = channel_announce(sock, turn_id, deadline + settings.limits.kill_grace_s)
         # The parent kills at deadline + grace; waiting that long for an answer is never wrong.
-        ask = channel_ask(sock, turn_id, deadline + settings.limits.kill_grace_s)
-        frame = result_frame(body(registry, ask, deadline, lambda: confine(confinement)))
+        wait_until = deadline + settings.limits.kill_grace_s
+        registry.announce = channel_announce(sock, turn_id, wait_until)
+        ask = channel_ask(sock, turn_id, wait_until)
+        confine_rest = functools.partial(sandbox.confine_worker, confinement, network=False)
+        frame = result_frame(body(registry, ask, deadline, confine_rest))
         code = EXIT_CHANNEL
-        send_packed(sock, frame, deadline + settings.limits.kill_grace_s)
+        send_packed(sock, frame, wait_until)
         code = EXIT_OK
     except NoAssignment as exc:
         # A spare whose parent hung up or sent garbage: no turn was ever its own.
@@ -246,7 +249,7 @@ def spawn_resume(
             settings,
             deadline,
             confine=confine_rest,
-            run_approved=confined_runner(call_confinement),
+            run_approved=functools.partial(run_approved, confinement=call_confinement),
         )
 
     return _spawn(request.turn_id, settings, body, registry_factory, network=request.approved)
