@@ -116,15 +116,15 @@ def accepted(call: ToolCall, known: Sequence[ToolDefinition]) -> tuple[list[str]
             over.append(name)
     notes = []
     if unknown:
-        shown = ", ".join(_clip(n) for n in unknown[:_SHOWN])
-        more = f" and {len(unknown) - _SHOWN} more" if len(unknown) > _SHOWN else ""
-        notes.append(f"not in your catalogue: {shown}{more}")
+        notes.append(f"not in your catalogue: {_listed([_clip(n) for n in unknown])}")
     if over:
-        notes.append(
-            f"not loaded (at most {MAX_DESCRIBE} per call; ask again): {', '.join(over[:_SHOWN])}"
-            + (f" and {len(over) - _SHOWN} more" if len(over) > _SHOWN else "")
-        )
+        notes.append(f"not loaded (at most {MAX_DESCRIBE} per call; ask again): {_listed(over)}")
     return loaded, notes
+
+
+def _listed(names: list[str]) -> str:
+    more = f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else ""
+    return ", ".join(names[:_SHOWN]) + more
 
 
 def definition_text(tool: ToolDefinition) -> str:
