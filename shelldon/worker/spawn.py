@@ -6,10 +6,6 @@ channel: the child sends ``Job``; the parent answers ``Completion`` or ``JobFail
 finally sends one ``Result`` and exits. The child always ends in ``os._exit`` — returning into
 the caller would clone the actor that forked it. The parent owns the ``WorkerHandle``
 (``shelldon.worker.handle``): it kills, reaps (this pid only) and closes it.
-
-``spawn_spare`` forks a plain-turn worker ahead of its turn (the zygote keeps one): it does all
-of the above up to the registry, then waits for its ``Assignment`` (``shelldon.worker.spare``)
-and from there runs exactly as a worker forked for that turn: one turn, then it dies.
 """
 
 from __future__ import annotations
@@ -60,12 +56,10 @@ def _worker_main(
     body: TurnBody | None,
     registry_factory: RegistryFactory,
     confinement: sandbox.Confinement,
-    network: bool = False,
+    network: bool,
 ) -> NoReturn:
-    """The child's whole life; every path ends in ``os._exit``.
-
-    ``body`` None: a spare, which prepares, builds its registry, then waits for its Assignment.
-    """
+    """The child's whole life; every path ends in ``os._exit``. ``body`` None: a spare, which
+    prepares, builds its registry, then waits for its Assignment."""
     code = EXIT_CRASH
     failure: BaseException | None = None
     try:
@@ -218,11 +212,10 @@ def spawn_spare(
     registry_factory: RegistryFactory = build_registry,
     rulesets: sandbox.Rulesets | None = None,
 ) -> WorkerHandle:
-    """Fork a plain-turn worker ahead of its turn: prepared, confined (network off), in its
-    turn's cgroup, registry built, then blocked on its channel until ``assign_spare``.
-
-    The handle's ``turn_id`` is ``SPARE_TURN_ID`` and its deadline infinite until assigned.
-    """
+    """Fork a plain-turn worker ahead of its turn (the zygote keeps one): prepared, confined
+    (network off), in its turn's cgroup, registry built, then blocked on its channel until its
+    ``Assignment`` (``shelldon.worker.spare``); from there it runs as a worker forked for that
+    turn. Its ``turn_id`` is ``SPARE_TURN_ID`` and its deadline infinite until assigned."""
     return _spawn(SPARE_TURN_ID, settings, None, registry_factory, rulesets=rulesets)
 
 

@@ -123,13 +123,11 @@ def zygote_main(
 class Zygote:
     """The service's client of the zygote process (one client; calls are serialized)."""
 
-    def __init__(
-        self, child: Child, sock: socket.socket, *, timeout: float = REQUEST_TIMEOUT_S
-    ) -> None:
+    def __init__(self, child: Child, sock: socket.socket) -> None:
         self.pid = child.pid
         self._child = child
         self._sock = sock
-        self._timeout = timeout
+        self._timeout = REQUEST_TIMEOUT_S
         self._lock = threading.Lock()
         self._seq = 0
         self._dead: str | None = None

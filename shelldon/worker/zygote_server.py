@@ -166,7 +166,7 @@ class ZygoteServer:
             for fd in fds:
                 os.close(fd)
             return False
-        self.handle(data, fds, truncated=bool(flags & socket.MSG_TRUNC))
+        self.handle(data, fds, bool(flags & socket.MSG_TRUNC))
         return True
 
     def next_look(self) -> float | None:
@@ -200,11 +200,10 @@ class ZygoteServer:
             del self.workers[pid]
             log.info("worker_exited", pid=pid, turn_id=worker.name, exit_code=code)
 
-    def handle(self, data: bytes, fds: list[int] | None = None, *, truncated: bool = False) -> None:
+    def handle(self, data: bytes, fds: list[int], truncated: bool) -> None:
         """Carry out one message (never raises for a bad one). ``spawn`` and ``gate`` come with
         the socket their reply goes to (a spawn also with a memfd holding its request);
         ``ping`` is answered on the control socket; ``kill`` and ``close`` get no answer."""
-        fds = list(fds or ())
         reply_to: socket.socket | None = None
         seq: Any = None
         one_way = False
