@@ -3,12 +3,10 @@
 prompt + tool schemas → ``Job`` → ``Completion`` (self-coded tools go as a catalogue in the
 prompt until described or called: ``worker.catalogue``); FREE calls run inline and their
 results go back; text ends the turn through the ops parser into a ``Result``. The first RISKY
-call parks the turn (``RequestToolApproval`` in ``Result.ops``) instead of running;
-``run_resume`` picks it up in a fresh worker after the owner's tap. Ceilings from
-``settings.limits``: at most ``max_tool_executions`` tool runs per logical turn, the
-``deadline`` for the whole turn, and a best-effort reply when under ``bail_margin_s`` remain.
-``ask`` is the channel round trip; these functions never touch a socket, so tests drive them
-with a scripted ``ask``.
+call parks the turn (``RequestToolApproval`` in ``Result.ops``); ``run_resume`` picks it up in
+a fresh worker after the owner's tap. Ceilings (``settings.limits``): ``max_tool_executions``
+tool runs per logical turn, the ``deadline``, and a best-effort reply under ``bail_margin_s``.
+``ask`` is the channel round trip, so tests drive the loop with a scripted one.
 """
 
 from __future__ import annotations

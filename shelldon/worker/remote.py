@@ -37,15 +37,11 @@ class ZygoteError(SpawnError):
 
 @dataclass(slots=True)
 class ZygoteWorkerHandle(WorkerChannel):
-    """A worker forked by the zygote, as the TurnActor sees it.
-
-    ``fileno``/``send``/``read_frames`` work on the channel end received from the zygote.
-    ``exit_fileno`` is the read end of the worker's exit pipe: readable
-    once the zygote has reaped the worker (or died). ``reap`` reads it; ``kill`` and ``close``
-    are requests to the zygote, which is the worker's parent and holds its real handle. None of
+    """A worker forked by the zygote, as the TurnActor sees it: the channel end received from
+    the zygote, and ``exit_fileno``, the exit pipe (readable once the zygote reaped the worker,
+    or died). ``kill`` and ``close`` are requests to the zygote, the worker's parent. None of
     them raises, and only ``reap(block=True)`` waits: if the zygote is gone, its workers died
-    with it (PDEATHSIG), so the turn's cgroup is swept and the exit is ``EXIT_UNKNOWN``.
-    """
+    with it (PDEATHSIG), so the turn's cgroup is swept and the exit is ``EXIT_UNKNOWN``."""
 
     exit_code: int | None = None
     zygote: Zygote | None = None
