@@ -92,11 +92,8 @@ class WorkerChannel:
 @dataclass(slots=True)
 class WorkerHandle(WorkerChannel):
     """A worker this process forked: the channel and the process itself (``proc``, a
-    ``Child``: kill, reap and release go through it).
-
-    ``kill()``, ``reap()`` and ``close()`` are idempotent; use it as a context manager to get
-    all three on exit.
-    """
+    ``Child``, through which kill, reap and close go; all three idempotent, and all three on
+    leaving it as a context manager)."""
 
     exit_code: int | None = None
     cgroup: sandbox.TurnCgroup | None = None

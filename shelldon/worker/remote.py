@@ -133,20 +133,18 @@ def read_exit(exits: int, timeout: float) -> tuple[bool, int | None]:
     return True, EXIT_CODE.unpack(data)[0] if len(data) == EXIT_CODE.size else None
 
 
+@dataclass(slots=True, eq=False)
 class ZygoteGate:
     """A gate's pytest the zygote forked, as ``GateRun`` watches it: ``output`` reads the pipe
     the zygote handed over, the exit comes on the exit pipe; kill and close are requests to
     the zygote. Only ``reap(block=True)`` waits (bounded, as a worker's)."""
 
-    def __init__(
-        self, zygote: Zygote, pid: int, output: Output, exits: int, cgroup: str | None
-    ) -> None:
-        self.zygote = zygote
-        self.pid = pid
-        self.output: Output | None = output
-        self.exits = exits
-        self.cgroup = cgroup
-        self.exit_code: int | None = None
+    zygote: Zygote
+    pid: int
+    output: Output | None
+    exits: int
+    cgroup: str | None
+    exit_code: int | None = None
 
     def exited(self) -> bool:
         """Whether the zygote reported the exit (it reaped pytest and swept its cgroup)."""
