@@ -69,10 +69,8 @@ def _wait(fd: int, events: int, deadline: float, doing: str) -> None:
 
 
 def send_frame(sock: Any, obj: Any, deadline: float | None = None) -> None:
-    """Send contract ``obj`` as one frame; works on blocking and non-blocking sockets alike.
-
-    ``deadline`` (absolute ``time.monotonic()``) bounds the wait for a full socket buffer.
-    """
+    """Send contract ``obj`` as one frame, on a blocking or non-blocking socket; ``deadline``
+    (absolute ``time.monotonic()``) bounds the wait for a full socket buffer."""
     send_packed(sock, pack_frame(obj), deadline)
 
 
@@ -117,9 +115,7 @@ def recv_frame(sock: Any, deadline: float) -> Any:
 
 class FrameReader:
     """Incremental frame parser for a non-blocking reader: feed bytes, get whole contracts.
-
-    After a ``FrameError`` the stream is out of sync for good; the owner must end the turn.
-    """
+    After a ``FrameError`` the stream is out of sync for good; the owner must end the turn."""
 
     __slots__ = ("_buf",)
 

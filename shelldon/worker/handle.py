@@ -66,9 +66,7 @@ class WorkerChannel:
 
     def read_frames(self) -> list[Any]:
         """Every whole frame readable now, without blocking; sets ``eof`` when the child closed.
-
-        Raises ``FrameError`` on garbage from the child or a frame cut off by EOF.
-        """
+        ``FrameError`` on garbage from the child or a frame cut off by EOF."""
         frames: list[Any] = []
         budget = _READ_BUDGET
         # A bounded read: a worker flooding the channel cannot pin its reader in this loop.

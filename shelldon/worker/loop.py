@@ -343,12 +343,10 @@ def run_resume(
     run_approved: Callable[[Registry, ToolCall], ToolResult] | None = None,
 ) -> Result:
     """Resume a parked turn: run the approved call (or answer "denied by owner"), then loop.
-
     The FREE results from before the pause travel in the parked messages and are never re-run;
-    the tool-run ceiling spans the whole logical turn, pause included. ``confine`` closes the
-    FREE-turn confinement right after the approved call, before the model sees its result;
-    ``run_approved`` runs that call (in its own confined child, ``worker.approved``).
-    """
+    the tool-run ceiling spans the whole logical turn, pause included. ``run_approved`` runs
+    the call (in its own confined child, ``worker.approved``); ``confine`` closes the FREE-turn
+    confinement right after it, before the model sees its result."""
     parked = request.parked
     messages = list(parked.messages)
     left = settings.limits.max_tool_executions - executions_spent(messages)

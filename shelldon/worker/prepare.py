@@ -29,11 +29,9 @@ _IGNORED_AT_START = (int(signal.SIGPIPE), int(signal.SIGXFSZ))
 
 
 def reset_signals() -> None:
-    """Give every catchable signal its start-up disposition and unblock them all.
-
-    The actor's handlers must not run in the worker. SIGPIPE and SIGXFSZ stay ignored, as
-    Python sets them at start-up, so a write to a closed channel is an error, not a death.
-    """
+    """Give every catchable signal its start-up disposition and unblock them all: the actor's
+    handlers must not run in the worker. SIGPIPE and SIGXFSZ stay ignored, as Python sets them
+    at start-up, so a write to a closed channel is an error, not a death."""
     for sig in _CATCHABLE:
         handler = _signal.SIG_IGN if sig in _IGNORED_AT_START else _signal.SIG_DFL
         # _signal is the C module under signal: the same syscall without the enum wrapping
@@ -61,11 +59,9 @@ def close_inherited_fds(keep: int, *also: int) -> None:
 
 
 def reopen_stdio() -> None:
-    """Point ``sys.stdout``/``sys.stderr`` at descriptors 1 and 2 if they wrapped another fd.
-
-    A stream object inherited from the parent may write to a descriptor the worker just closed
-    (a capture file, a redirected log); logging through it would crash the turn.
-    """
+    """Point ``sys.stdout``/``sys.stderr`` at descriptors 1 and 2 if they wrapped another fd:
+    one inherited from the parent may write to a descriptor the worker just closed (a capture
+    file, a redirected log), and logging through it would crash the turn."""
     for name, fd in (("stdout", 1), ("stderr", 2)):
         stream = getattr(sys, name)
         try:

@@ -118,10 +118,8 @@ def _turn_body(request: TurnRequest, settings: Settings) -> TurnBody:
 
 
 def above_stdio(sock: socket.socket) -> socket.socket:
-    """``sock`` on a descriptor above 2, so the child's stdio never aliases its channel.
-
-    Only a parent started with stdio closed gets a socket on 0-2; it is moved, not refused.
-    """
+    """``sock`` on a descriptor above 2, so the child's stdio never aliases its channel (only
+    a parent started with stdio closed gets a socket on 0-2; it is moved, not refused)."""
     if sock.fileno() > 2:
         return sock
     moved = fcntl.fcntl(sock.fileno(), fcntl.F_DUPFD_CLOEXEC, 3)

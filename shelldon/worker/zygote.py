@@ -144,12 +144,9 @@ class Zygote:
         registry_factory: RegistryFactory | None = None,
         spare: bool = True,
     ) -> Zygote:
-        """Fork the zygote now and return once it has answered one ping (with ``spare``, once
-        it has also forked its first spare worker).
-
-        Call it from the main thread, before any secret is read: the zygote's
-        ``PR_SET_PDEATHSIG`` fires when the *thread* that forked it exits, not the process.
-        """
+        """Fork the zygote and return once it answered a ping (with ``spare``, once it also
+        forked its first spare). Call it from the main thread, before any secret is read: its
+        ``PR_SET_PDEATHSIG`` fires when the *thread* that forked it exits, not the process."""
         if threading.current_thread() is not threading.main_thread():
             log.warning("zygote_started_off_main_thread")
         # Workers are confined to the workspace: it must exist before the first one is prepared.
@@ -188,9 +185,8 @@ class Zygote:
         return zygote
 
     def spare_pid(self) -> int | None:
-        """The pid of the zygote's idle spare worker, if it has one now (diagnostics, tests).
-
-        Asked after a spawn, it answers once that spawn's next spare was forked."""
+        """The pid of the zygote's idle spare, if it has one (diagnostics, tests); asked after a
+        spawn, it answers once that spawn's next spare was forked."""
         pid = self.call({"op": "ping"}).get("spare")
         return pid if isinstance(pid, int) else None
 
