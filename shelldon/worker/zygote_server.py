@@ -310,7 +310,7 @@ class ZygoteServer:
             self.discard(handle)
             raise RequestError("spawn", f"cannot open the exit pipe: {exc}") from exc
         self.workers[handle.pid] = Worker(handle, exit_w, handle.deadline, handle.turn_id)
-        cgroup = str(handle.cgroup.path) if handle.cgroup is not None else None
+        cgroup = handle.cgroup_path
         reply = {"ok": True, "pid": handle.pid, "deadline": handle.deadline, "cgroup": cgroup}
         try:
             if not self.reply(reply_to, reply, (handle.sock.fileno(), exit_r)):
@@ -336,9 +336,8 @@ class ZygoteServer:
         if not paths[2].isidentifier():
             raise RequestError("protocol", "a tool is named by an identifier")
         timeout_s, address_space_mb, cpu_s, cap = numbers
-        sandbox_settings = self.settings.sandbox
         limits = GateLimits(
-            float(timeout_s), int(address_space_mb), int(cpu_s), int(cap), sandbox_settings
+            float(timeout_s), int(address_space_mb), int(cpu_s), int(cap), self.settings.sandbox
         )
         try:
             exit_r, exit_w = os.pipe2(os.O_CLOEXEC)
