@@ -73,19 +73,15 @@ def catalogue_text(tools: Sequence[ToolDefinition]) -> str:
     seen, text = _last
     if len(seen) == len(tools) and all(a is b for a, b in zip(seen, tools, strict=True)):
         return text
-    text = _build_text(tools)
-    _last = (tuple(tools), text)
-    return text
-
-
-def _build_text(tools: Sequence[ToolDefinition]) -> str:
     share = min(SUMMARY_CHARS, CATALOGUE_CHARS // len(tools))
     lines = []
     for tool in tools:
         width = share - len(tool.name) - 2
-        text = summary(tool.description, width) if width >= 8 else ""
-        lines.append(f"{tool.name}: {text}" if text else tool.name)
-    return "\n".join(lines)
+        line = summary(tool.description, width) if width >= 8 else ""
+        lines.append(f"{tool.name}: {line}" if line else tool.name)
+    text = "\n".join(lines)
+    _last = (tuple(tools), text)
+    return text
 
 
 def _clip(value: object) -> str:
