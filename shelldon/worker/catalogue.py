@@ -1,12 +1,11 @@
 """The compact catalogue of self-coded tools and ``describe_tools``, which loads them in full.
 
-A growing toolbox must not grow the bill: every model call carries its tools list, so with N
-live self-coded tools each call would carry N descriptions and JSON schemas. Instead a Job
-offers the built-ins in full, plus ``describe_tools``; the system prompt names each self-coded
-tool with one short line (``catalogue_text``). A ``describe_tools(names)`` call answers with
-those tools' full definitions and makes them offered in full for the rest of the turn; so does
-calling a tool directly (its arguments are still checked against its real schema). What a turn
-has loaded is read back from its messages (``loaded_in``), so a parked and resumed turn keeps it.
+A growing toolbox must not grow the bill: every model call carries its tools list, so N live
+self-coded tools would cost N descriptions and JSON schemas a call. Instead a Job offers the
+built-ins in full plus ``describe_tools``, and the system prompt names each self-coded tool in
+one short line (``catalogue_text``). Describing tools, or calling one directly (its arguments
+are still checked against its real schema), offers them in full for the rest of the turn; that
+set is read back from the messages (``loaded_in``), so a parked and resumed turn keeps it.
 
 The model's arguments are hostile: ``describe_tools`` ignores what is not a string, loads only
 names of live self-coded tools, at most ``MAX_DESCRIBE`` per call, and names the rest briefly.

@@ -134,8 +134,6 @@ class Zygote:
         # Workers not yet reaped or closed, with their cgroup (swept if the zygote is killed).
         self._live: dict[int, str | None] = {}
 
-    # -------------------------------------------------------------- life cycle
-
     @classmethod
     def start(
         cls,
@@ -217,8 +215,6 @@ class Zygote:
             self._child.close()
             self._live.clear()
 
-    # -------------------------------------------------------------- spawning
-
     def begin_turn(self, request: TurnRequest | ResumeRequest) -> PendingSpawn[ZygoteWorkerHandle]:
         """Ask for a worker that runs (or resumes) ``request``; its handle arrives on the
         returned ``PendingSpawn`` (watch its ``fileno``). Never waits for the zygote."""
@@ -268,8 +264,6 @@ class Zygote:
             theirs.close()
         ours.setblocking(False)
         return PendingSpawn(self, ours, **what)
-
-    # -------------------------------------------------------------- the wire
 
     def call(self, request: dict[str, Any]) -> dict[str, Any]:
         """One request, one reply on the control socket: ``ping`` (ZygoteError: the zygote is

@@ -271,8 +271,6 @@ class ZygoteServer:
             return False
         return True
 
-    # -------------------------------------------------------------- requests
-
     def ping(self) -> dict[str, Any]:
         spare = self.spare
         return {"pid": os.getpid(), "spare": spare.handle.pid if spare is not None else None}
@@ -364,8 +362,6 @@ class ZygoteServer:
             output.close()
             child.output = None
             os.close(exit_r)
-
-    # -------------------------------------------------------------- the spare
 
     def discover(self) -> None:
         """Discover live self-coded tools here, before a fork: the worker inherits the result
