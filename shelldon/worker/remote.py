@@ -226,19 +226,16 @@ class PendingSpawn(Generic[Spawned]):
         except (ValueError, msgpack.UnpackException):
             reply = None
         if not isinstance(reply, dict) or flags & socket.MSG_TRUNC:
-            _close_all(fds)
-            self._broken("it did not answer" if not data else "its reply is malformed")
+            self._broken("it did not answer" if not data else "its reply is malformed", fds)
         if not reply.get("ok"):
             _close_all(fds)
             raise SpawnError(f"the zygote refused: {reply.get('error')}")
         pid, cgroup = reply.get("pid"), reply.get("cgroup")
         deadline = reply.get("deadline", 0.0) if not self.gate_cap else 0.0
         if not isinstance(pid, int) or not isinstance(cgroup, str | None) or len(fds) > 2:
-            _close_all(fds)
-            self._broken("its reply is malformed")
+            self._broken("its reply is malformed", fds)
         if not isinstance(deadline, float):
-            _close_all(fds)
-            self._broken("its reply is malformed")
+            self._broken("its reply is malformed", fds)
         if len(fds) < 2:
             # The kernel dropped a descriptor (this process is out of them): the child has no
             # one to talk to; the zygote ends it, and this turn or gate cannot start.
@@ -278,7 +275,8 @@ class PendingSpawn(Generic[Spawned]):
         """Stop waiting: a child the zygote still hands over is killed there."""
         self.sock.close()
 
-    def _broken(self, why: str) -> NoReturn:
+    def _broken(self, why: str, fds: list[int] | None = None) -> NoReturn:
+        _close_all(fds or [])
         self.close()
         self.zygote.abandon(f"zygote {self.zygote.pid}: {why}")
         raise ZygoteError(f"the zygote broke a spawn: {why}")
