@@ -230,9 +230,6 @@ def spawn_resume(
     def body(
         registry: Registry, ask: Ask, deadline: float, confine_rest: Callable[[], None]
     ) -> Result:
-        # The approved call runs in its own child, confined for what it needs (the workspace,
-        # the network only if it must); the worker closes its own confinement right after,
-        # before the model goes on.
         return run_resume(
             request,
             registry,
