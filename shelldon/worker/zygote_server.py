@@ -325,13 +325,14 @@ class ZygoteServer:
     def gate(self, reply_to: socket.socket, request: dict[str, Any]) -> None:
         """Fork a gate's pytest (``launch_pytest``: the confinement, limits and cgroup of a
         gate) and hand the service its output pipe and exit pipe on ``reply_to``."""
-        staging, private, name = request.get("staging"), request.get("private"), request.get("name")
+        texts = [request.get(key) for key in ("staging", "private", "name")]
         bounds = [request.get(key) for key in ("timeout_s", "address_space_mb", "cpu_s", "cap")]
         numbers = [v for v in bounds if isinstance(v, int | float) and v > 0]
-        paths = [v for v in (staging, private, name) if isinstance(v, str)]
+        paths = [v for v in texts if isinstance(v, str)]
         if len(numbers) != 4 or len(paths) != 3 or Path(paths[1]).parent != Path(paths[0]):
             raise RequestError("protocol", "a gate: staging, private dir in it, tool, bounds")
-        if not paths[2].isidentifier():
+        staging, private, name = paths
+        if not name.isidentifier():
             raise RequestError("protocol", "a tool is named by an identifier")
         timeout_s, address_space_mb, cpu_s, cap = numbers
         limits = GateLimits(
@@ -342,7 +343,7 @@ class ZygoteServer:
         except OSError as exc:
             raise RequestError("spawn", f"cannot open the exit pipe: {exc}") from exc
         try:
-            child = launch_pytest(Path(paths[0]), Path(paths[1]), paths[2], limits)
+            child = launch_pytest(Path(staging), Path(private), name, limits)
         except OSError as exc:
             os.close(exit_r)
             os.close(exit_w)
@@ -350,12 +351,11 @@ class ZygoteServer:
         output = child.output
         assert output is not None
         deadline = time.monotonic() + limits.timeout_s
-        self.workers[child.pid] = Worker(child, exit_w, deadline, f"gate:{paths[2]}")
+        self.workers[child.pid] = Worker(child, exit_w, deadline, f"gate:{name}")
         cgroup = str(child.cgroup.path) if child.cgroup is not None else None
+        reply = {"ok": True, "pid": child.pid, "cgroup": cgroup}
         try:
-            if not self.reply(
-                reply_to, {"ok": True, "pid": child.pid, "cgroup": cgroup}, (output.fd, exit_r)
-            ):
+            if not self.reply(reply_to, reply, (output.fd, exit_r)):
                 child.kill()
         finally:
             # The service reads the output now; a copy here would hide pytest's EOF.
