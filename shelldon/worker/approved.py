@@ -5,9 +5,10 @@ approved call can get what it needs. The call runs in a ``Child`` (in the worker
 with it) confined as the parent prepared (``sandbox.prepare_call``: the workspace read-write,
 system files read-only, never the vault, the database, the credentials, the toolbox or the
 parents' ``/proc``), with a private temp dir removed afterwards (``TMPDIR``: where a fresh
-``HOME`` for its programs goes). Only calls that need the network keep it (``needs_network``).
-The child answers one ``ToolResult`` on a pipe, decoded with the validating codec; then the
-worker closes its own confinement and the loop goes on.
+``HOME`` for its programs goes). Only calls that need the network keep it (``needs_network``);
+every other one gets the socket filter too. The child answers one ``ToolResult`` on a pipe,
+decoded with the validating codec; then the worker closes its own confinement and the loop
+goes on.
 """
 
 from __future__ import annotations

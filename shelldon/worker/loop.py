@@ -6,7 +6,7 @@ results go back; text ends the turn through the ops parser into a ``Result``. Th
 call parks the turn (``RequestToolApproval`` in ``Result.ops``); ``run_resume`` picks it up in
 a fresh worker after the owner's tap. Ceilings (``settings.limits``): ``max_tool_executions``
 tool runs per logical turn, the ``deadline``, and a best-effort reply under ``bail_margin_s``.
-``ask`` is the channel round trip, so tests drive the loop with a scripted one.
+``ask`` is the channel round trip; the loop never touches a socket, so tests script ``ask``.
 """
 
 from __future__ import annotations
