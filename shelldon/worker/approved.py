@@ -1,15 +1,14 @@
 """The one owner-approved RISKY call of a resumed turn runs in its own confined child.
 
 A resumed worker starts only part-way confined (the syscall deny list, its cgroup) so that the
-call the owner approved can get what it needs. That call does not run in the worker: it runs in
-a ``Child`` (in the worker's group, dying with it) that first confines itself as the parent
-prepared (``sandbox.prepare_call``: the workspace read-write, system files read-only, never the
-vault, the database, the credentials, the toolbox or the parents' ``/proc``), plus a private
-temp dir of its own, made there and removed afterwards (``TMPDIR``: where a fresh ``HOME`` for
-the call's programs goes). Only the calls that need the network keep it (``needs_network``);
+approved call can get what it needs. The call runs in a ``Child`` (in the worker's group, dying
+with it) confined as the parent prepared (``sandbox.prepare_call``: the workspace read-write,
+system files read-only, never the vault, the database, the credentials, the toolbox or the
+parents' ``/proc``), with a private temp dir removed afterwards (``TMPDIR``: where a fresh
+``HOME`` for its programs goes). Only calls that need the network keep it (``needs_network``);
 every other one gets the socket filter too. The child answers one ``ToolResult`` on a pipe,
-which the worker decodes with the contracts' validating codec; then the worker closes its own
-confinement and the loop goes on.
+decoded with the validating codec; then the worker closes its own confinement and the loop
+goes on.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import os
 import select
 import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -43,18 +41,6 @@ def needs_network(registry: Registry, call: ToolCall) -> bool:
     return spec is not None and spec.network is not None and bool(spec.network(call.args))
 
 
-ApprovedRunner = Callable[[Registry, ToolCall], ToolResult]
-
-
-def confined_runner(confinement: sandbox.Confinement) -> ApprovedRunner:
-    """The runner a resumed worker uses for its approved call, confined as ``confinement``."""
-
-    def run(registry: Registry, call: ToolCall) -> ToolResult:
-        return run_approved(registry, call, confinement)
-
-    return run
-
-
 def run_approved(
     registry: Registry, call: ToolCall, confinement: sandbox.Confinement
 ) -> ToolResult:
@@ -76,10 +62,15 @@ def run_approved(
         return ToolResult(call.id, False, f"{call.name} could not be started: {exc}")
     os.close(reply_w)
     reply = Output(reply_r, 4 * registry.context.max_output_chars + 4096)
+    # No deadline of its own: the turn's ceiling holds outside (the worker's group is killed,
+    # this child with it).
+    poller = select.poll()
+    poller.register(reply.fd, select.POLLIN)
     try:
         with child:
             while not reply.eof and not reply.truncated:
-                _wait_readable(reply)
+                poller.poll()
+                reply.drain()
             code = child.reap(block=True)
     finally:
         reply.close()
@@ -92,15 +83,6 @@ def run_approved(
     if isinstance(result, ToolResult) and result.id == call.id:
         return result
     return ToolResult(call.id, False, f"{call.name} ended without a result (exit code {code})")
-
-
-def _wait_readable(output: Output) -> None:
-    """Block until ``output`` has something (or EOF), then read it. No deadline of its own: the
-    turn's ceiling holds outside (the worker's group is killed, this child with it)."""
-    poller = select.poll()
-    poller.register(output.fd, select.POLLIN)
-    poller.poll()
-    output.drain()
 
 
 def _child_main(

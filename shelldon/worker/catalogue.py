@@ -1,12 +1,11 @@
 """The compact catalogue of self-coded tools and ``describe_tools``, which loads them in full.
 
-A growing toolbox must not grow the bill: every model call carries its tools list, so with N
-live self-coded tools each call would carry N descriptions and JSON schemas. Instead a Job
-offers the built-ins in full, plus ``describe_tools``; the system prompt names each self-coded
-tool with one short line (``catalogue_text``). A ``describe_tools(names)`` call answers with
-those tools' full definitions and makes them offered in full for the rest of the turn; so does
-calling a tool directly (its arguments are still checked against its real schema). What a turn
-has loaded is read back from its messages (``loaded_in``), so a parked and resumed turn keeps it.
+A growing toolbox must not grow the bill: every model call carries its tools list, so N live
+self-coded tools would cost N descriptions and JSON schemas a call. Instead a Job offers the
+built-ins in full plus ``describe_tools``, and the system prompt names each self-coded tool in
+one short line (``catalogue_text``). Describing tools, or calling one directly (its arguments
+are still checked against its real schema), offers them in full for the rest of the turn; that
+set is read back from the messages (``loaded_in``), so a parked and resumed turn keeps it.
 
 The model's arguments are hostile: ``describe_tools`` ignores what is not a string, loads only
 names of live self-coded tools, at most ``MAX_DESCRIBE`` per call, and names the rest briefly.
@@ -73,19 +72,15 @@ def catalogue_text(tools: Sequence[ToolDefinition]) -> str:
     seen, text = _last
     if len(seen) == len(tools) and all(a is b for a, b in zip(seen, tools, strict=True)):
         return text
-    text = _build_text(tools)
-    _last = (tuple(tools), text)
-    return text
-
-
-def _build_text(tools: Sequence[ToolDefinition]) -> str:
     share = min(SUMMARY_CHARS, CATALOGUE_CHARS // len(tools))
     lines = []
     for tool in tools:
         width = share - len(tool.name) - 2
-        text = summary(tool.description, width) if width >= 8 else ""
-        lines.append(f"{tool.name}: {text}" if text else tool.name)
-    return "\n".join(lines)
+        line = summary(tool.description, width) if width >= 8 else ""
+        lines.append(f"{tool.name}: {line}" if line else tool.name)
+    text = "\n".join(lines)
+    _last = (tuple(tools), text)
+    return text
 
 
 def _clip(value: object) -> str:
@@ -116,15 +111,15 @@ def accepted(call: ToolCall, known: Sequence[ToolDefinition]) -> tuple[list[str]
             over.append(name)
     notes = []
     if unknown:
-        shown = ", ".join(_clip(n) for n in unknown[:_SHOWN])
-        more = f" and {len(unknown) - _SHOWN} more" if len(unknown) > _SHOWN else ""
-        notes.append(f"not in your catalogue: {shown}{more}")
+        notes.append(f"not in your catalogue: {_listed([_clip(n) for n in unknown])}")
     if over:
-        notes.append(
-            f"not loaded (at most {MAX_DESCRIBE} per call; ask again): {', '.join(over[:_SHOWN])}"
-            + (f" and {len(over) - _SHOWN} more" if len(over) > _SHOWN else "")
-        )
+        notes.append(f"not loaded (at most {MAX_DESCRIBE} per call; ask again): {_listed(over)}")
     return loaded, notes
+
+
+def _listed(names: list[str]) -> str:
+    more = f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else ""
+    return ", ".join(names[:_SHOWN]) + more
 
 
 def definition_text(tool: ToolDefinition) -> str:

@@ -19,8 +19,6 @@ HEADER = struct.Struct(">I")
 """The length prefix: an unsigned 32-bit big-endian count of body bytes."""
 
 _CHUNK = 1 << 16
-# Without a deadline, a peer that has not drained a frame in this long is stuck, not slow.
-_SEND_PATIENCE_S = 30.0
 
 
 class FrameError(Exception):
@@ -68,23 +66,20 @@ def _wait(fd: int, events: int, deadline: float, doing: str) -> None:
             return
 
 
-def send_frame(sock: Any, obj: Any, deadline: float | None = None) -> None:
-    """Send contract ``obj`` as one frame; works on blocking and non-blocking sockets alike.
-
-    ``deadline`` (absolute ``time.monotonic()``) bounds the wait for a full socket buffer.
-    """
+def send_frame(sock: Any, obj: Any, deadline: float) -> None:
+    """Send contract ``obj`` as one frame, on a blocking or non-blocking socket; ``deadline``
+    (absolute ``time.monotonic()``) bounds the wait for a full socket buffer."""
     send_packed(sock, pack_frame(obj), deadline)
 
 
-def send_packed(sock: Any, frame: bytes, deadline: float | None = None) -> None:
+def send_packed(sock: Any, frame: bytes, deadline: float) -> None:
     """Send bytes made by ``pack_frame`` (for a caller that had to check the size first)."""
     data = memoryview(frame)
-    limit = time.monotonic() + _SEND_PATIENCE_S if deadline is None else deadline
     while data:
         try:
             sent = sock.send(data[:_CHUNK])
         except (BlockingIOError, InterruptedError):
-            _wait(sock.fileno(), select.POLLOUT, limit, "sending a frame")
+            _wait(sock.fileno(), select.POLLOUT, deadline, "sending a frame")
             continue
         except OSError as exc:
             raise FrameError(f"cannot send a frame: {exc}") from exc
@@ -117,9 +112,7 @@ def recv_frame(sock: Any, deadline: float) -> Any:
 
 class FrameReader:
     """Incremental frame parser for a non-blocking reader: feed bytes, get whole contracts.
-
-    After a ``FrameError`` the stream is out of sync for good; the owner must end the turn.
-    """
+    After a ``FrameError`` the stream is out of sync for good; the owner must end the turn."""
 
     __slots__ = ("_buf",)
 

@@ -66,9 +66,7 @@ class WorkerChannel:
 
     def read_frames(self) -> list[Any]:
         """Every whole frame readable now, without blocking; sets ``eof`` when the child closed.
-
-        Raises ``FrameError`` on garbage from the child or a frame cut off by EOF.
-        """
+        ``FrameError`` on garbage from the child or a frame cut off by EOF."""
         frames: list[Any] = []
         budget = _READ_BUDGET
         # A bounded read: a worker flooding the channel cannot pin its reader in this loop.
@@ -92,11 +90,8 @@ class WorkerChannel:
 @dataclass(slots=True)
 class WorkerHandle(WorkerChannel):
     """A worker this process forked: the channel and the process itself (``proc``, a
-    ``Child``: kill, reap and release go through it).
-
-    ``kill()``, ``reap()`` and ``close()`` are idempotent; use it as a context manager to get
-    all three on exit.
-    """
+    ``Child``, through which kill, reap and close go; all three idempotent, and all three on
+    leaving it as a context manager)."""
 
     exit_code: int | None = None
     cgroup: sandbox.TurnCgroup | None = None

@@ -3,16 +3,15 @@
 prompt + tool schemas → ``Job`` → ``Completion`` (self-coded tools go as a catalogue in the
 prompt until described or called: ``worker.catalogue``); FREE calls run inline and their
 results go back; text ends the turn through the ops parser into a ``Result``. The first RISKY
-call parks the turn (``RequestToolApproval`` in ``Result.ops``) instead of running;
-``run_resume`` picks it up in a fresh worker after the owner's tap. Ceilings from
-``settings.limits``: at most ``max_tool_executions`` tool runs per logical turn, the
-``deadline`` for the whole turn, and a best-effort reply when under ``bail_margin_s`` remain.
-``ask`` is the channel round trip; these functions never touch a socket, so tests drive them
-with a scripted ``ask``.
+call parks the turn (``RequestToolApproval`` in ``Result.ops``); ``run_resume`` picks it up in
+a fresh worker after the owner's tap. Ceilings (``settings.limits``): ``max_tool_executions``
+tool runs per logical turn, the ``deadline``, and a best-effort reply under ``bail_margin_s``.
+``ask`` is the channel round trip; the loop never touches a socket, so tests script ``ask``.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +55,9 @@ Ask = Callable[[Job], Completion | JobFailed]
 """One model round trip: send a Job, get its Completion or the broker's JobFailed."""
 
 Clock = Callable[[], float]
+
+Runner = Callable[[Registry, ToolCall], ToolResult]
+"""Runs one tool call: ``execute_tool``, or the approved call's confined child."""
 
 PROPOSE_TOOL = ToolDefinition(
     name="propose_tool",
@@ -175,15 +177,9 @@ class _Turn:
     def time_is_short(self) -> bool:
         return self.deadline - self.clock() < self.limits.bail_margin_s
 
-    def run_call(
-        self,
-        call: ToolCall,
-        *,
-        approved: bool = False,
-        runner: Callable[[Registry, ToolCall], ToolResult] | None = None,
-    ) -> None:
-        """Run one call (or refuse it at a ceiling) and append its TOOL message; ``runner``
-        runs it instead of ``execute_tool`` (an approved call, in its confined child)."""
+    def run_call(self, call: ToolCall, runner: Runner = execute_tool) -> None:
+        """Run one call with ``runner`` (or refuse it at a ceiling) and append its TOOL message;
+        an approved call gets its own runner (its confined child)."""
         if self.executions_left <= 0:
             limit = self.limits.max_tool_executions
             result = ToolResult(
@@ -201,10 +197,8 @@ class _Turn:
                 self.loaded.update(names)
             elif (unloaded := self.unloaded(call)) is not None:
                 result = unloaded
-            elif runner is not None:
-                result = runner(self.registry, call)
             else:
-                result = execute_tool(self.registry, call, approved=approved)
+                result = runner(self.registry, call)
         self.messages.append(tool_message(call, result))
 
     def unloaded(self, call: ToolCall) -> ToolResult | None:
@@ -342,15 +336,13 @@ def run_resume(
     *,
     clock: Clock = time.monotonic,
     confine: Callable[[], None] | None = None,
-    run_approved: Callable[[Registry, ToolCall], ToolResult] | None = None,
+    run_approved: Runner | None = None,
 ) -> Result:
     """Resume a parked turn: run the approved call (or answer "denied by owner"), then loop.
-
     The FREE results from before the pause travel in the parked messages and are never re-run;
-    the tool-run ceiling spans the whole logical turn, pause included. ``confine`` closes the
-    FREE-turn confinement right after the approved call, before the model sees its result;
-    ``run_approved`` runs that call (in its own confined child, ``worker.approved``).
-    """
+    the tool-run ceiling spans the whole logical turn, pause included. ``run_approved`` runs
+    the call (in its own confined child, ``worker.approved``); ``confine`` closes the FREE-turn
+    confinement right after it, before the model sees its result."""
     parked = request.parked
     messages = list(parked.messages)
     left = settings.limits.max_tool_executions - executions_spent(messages)
@@ -368,7 +360,7 @@ def run_resume(
     turn.loaded = loaded_in(messages, turn.known)
     if request.approved:
         # The owner approved this exact call, so the ceiling grants it its one run.
-        turn.run_call(parked.call, approved=True, runner=run_approved)
+        turn.run_call(parked.call, run_approved or functools.partial(execute_tool, approved=True))
     else:
         messages.append(
             tool_message(parked.call, ToolResult(parked.call.id, False, DENIED_BY_OWNER))

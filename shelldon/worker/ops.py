@@ -1,16 +1,11 @@
 """The ops block: how a model's final text asks the service to remember, schedule or gate a tool.
 
 A reply may carry fenced blocks opened with three backticks and the word ``ops``; each
-non-empty line inside is one JSON object::
-
-    {"op": "remember", "fact": "the owner's cat is called Miso"}
-    {"op": "schedule", "in_s": 3600, "prompt": "remind the owner to water the plants"}
-    {"op": "schedule", "at": 1767225600, "prompt": "say happy new year"}
-    {"op": "propose_tool", "name": "word_count", "code": "...", "test": "..."}
-
-``parse_ops`` strips every block from the owner's reply and returns the valid lines as
-contracts. A malformed line is skipped, logged and listed in ``problems``; it never fails the
-turn and never leaks into the reply.
+non-empty line inside is one JSON object: ``remember`` (``fact``), ``schedule`` (``prompt``, and
+``at`` in epoch seconds or ``in_s``) or ``propose_tool`` (``name``, ``code``, ``test``, optional
+``replaces``); ``prompt.OPS_RULE`` shows the model examples. ``parse_ops`` strips every block
+from the owner's reply and returns the valid lines as contracts. A malformed line is skipped,
+logged and listed in ``problems``; it never fails the turn and never leaks into the reply.
 """
 
 from __future__ import annotations

@@ -29,11 +29,9 @@ _IGNORED_AT_START = (int(signal.SIGPIPE), int(signal.SIGXFSZ))
 
 
 def reset_signals() -> None:
-    """Give every catchable signal its start-up disposition and unblock them all.
-
-    The actor's handlers must not run in the worker. SIGPIPE and SIGXFSZ stay ignored, as
-    Python sets them at start-up, so a write to a closed channel is an error, not a death.
-    """
+    """Give every catchable signal its start-up disposition and unblock them all: the actor's
+    handlers must not run in the worker. SIGPIPE and SIGXFSZ stay ignored, as Python sets them
+    at start-up, so a write to a closed channel is an error, not a death."""
     for sig in _CATCHABLE:
         handler = _signal.SIG_IGN if sig in _IGNORED_AT_START else _signal.SIG_DFL
         # _signal is the C module under signal: the same syscall without the enum wrapping
@@ -61,11 +59,9 @@ def close_inherited_fds(keep: int, *also: int) -> None:
 
 
 def reopen_stdio() -> None:
-    """Point ``sys.stdout``/``sys.stderr`` at descriptors 1 and 2 if they wrapped another fd.
-
-    A stream object inherited from the parent may write to a descriptor the worker just closed
-    (a capture file, a redirected log); logging through it would crash the turn.
-    """
+    """Point ``sys.stdout``/``sys.stderr`` at descriptors 1 and 2 if they wrapped another fd:
+    one inherited from the parent may write to a descriptor the worker just closed (a capture
+    file, a redirected log), and logging through it would crash the turn."""
     for name, fd in (("stdout", 1), ("stderr", 2)):
         stream = getattr(sys, name)
         try:
@@ -83,16 +79,6 @@ def scrub_environment() -> None:
     """Replace ``os.environ`` (and the C environment under it) with the allowlisted variables."""
     for name in [name for name in os.environ if name not in ENV_ALLOWLIST]:
         del os.environ[name]  # os.environ's __delitem__ also unsetenv()s the C environment
-
-
-def confine(c: sandbox.Confinement, *, network: bool = False, join_cgroup: bool = False) -> None:
-    """Kernel confinement hook (seccomp / Landlock or namespaces / a cgroup per turn).
-
-    Called in every worker after descriptors, environment and RLIMITs are set and before any
-    tool is imported or run, applying what the parent prepared (``c``). ``network=True`` is a
-    resumed turn's first step (its approved RISKY call runs next); a second call closes the rest.
-    """
-    sandbox.confine_worker(c, network=network, join_cgroup=join_cgroup)
 
 
 def prepare_child(
@@ -126,9 +112,10 @@ def prepare_child(
     forget_env_secrets()
     lim = settings.limits
     apply_limits(ProcessLimits(address_space_mb=lim.rlimit_as_mb, cpu_s=lim.rlimit_cpu_s))
-    # A plain turn runs a tool only after the parent's first Completion, by which time the
-    # parent has moved it into the cgroup; a resume runs its approved call at once, so it
-    # joins by itself first.
-    confine(confinement, network=network, join_cgroup=network)
+    # Confined before any tool is imported or run. A plain turn runs a tool only after the
+    # parent's first Completion, by which time the parent has moved it into the cgroup; a
+    # resume runs its approved call at once, so it joins by itself first (and its second
+    # ``confine_worker`` call, after that call, closes the rest).
+    sandbox.confine_worker(confinement, network=network, join_cgroup=network)
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(actor="worker", turn_id=turn_id)

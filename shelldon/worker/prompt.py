@@ -91,10 +91,8 @@ def system_prompt(
 
 def recent_history(history: tuple[Message, ...], budget_chars: int) -> tuple[Message, ...]:
     """The newest owner/pet text messages that fit ``budget_chars``, starting with an owner one.
-
     Only USER and ASSISTANT text survives: a system or tool message in stored history must not
-    pose as instructions, and a window must not open on a reply to a message it dropped.
-    """
+    pose as instructions, and a window must not open on a reply to a message it dropped."""
     kept: list[Message] = []
     used = 0
     for message in reversed(history):

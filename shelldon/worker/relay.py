@@ -57,10 +57,8 @@ TOO_BIG_REPLY = (
 
 
 def result_frame(result: Result) -> bytes:
-    """The frame for ``result``; one too big for the channel becomes an apology with its counts.
-
-    Its ops go too (a parked call that cannot be handed back is never run).
-    """
+    """The frame for ``result``; one too big for the channel becomes an apology with its counts,
+    and its ops go too (a parked call that cannot be handed back is never run)."""
     try:
         return pack_frame(result)
     except FrameError as exc:

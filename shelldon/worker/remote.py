@@ -37,15 +37,11 @@ class ZygoteError(SpawnError):
 
 @dataclass(slots=True)
 class ZygoteWorkerHandle(WorkerChannel):
-    """A worker forked by the zygote, as the TurnActor sees it.
-
-    ``fileno``/``send``/``read_frames`` work on the channel end received from the zygote.
-    ``exit_fileno`` is the read end of the worker's exit pipe: readable
-    once the zygote has reaped the worker (or died). ``reap`` reads it; ``kill`` and ``close``
-    are requests to the zygote, which is the worker's parent and holds its real handle. None of
+    """A worker forked by the zygote, as the TurnActor sees it: the channel end received from
+    the zygote, and ``exit_fileno``, the exit pipe (readable once the zygote reaped the worker,
+    or died). ``kill`` and ``close`` are requests to the zygote, the worker's parent. None of
     them raises, and only ``reap(block=True)`` waits: if the zygote is gone, its workers died
-    with it (PDEATHSIG), so the turn's cgroup is swept and the exit is ``EXIT_UNKNOWN``.
-    """
+    with it (PDEATHSIG), so the turn's cgroup is swept and the exit is ``EXIT_UNKNOWN``."""
 
     exit_code: int | None = None
     zygote: Zygote | None = None
@@ -137,20 +133,18 @@ def read_exit(exits: int, timeout: float) -> tuple[bool, int | None]:
     return True, EXIT_CODE.unpack(data)[0] if len(data) == EXIT_CODE.size else None
 
 
+@dataclass(slots=True, eq=False)
 class ZygoteGate:
     """A gate's pytest the zygote forked, as ``GateRun`` watches it: ``output`` reads the pipe
     the zygote handed over, the exit comes on the exit pipe; kill and close are requests to
     the zygote. Only ``reap(block=True)`` waits (bounded, as a worker's)."""
 
-    def __init__(
-        self, zygote: Zygote, pid: int, output: Output, exits: int, cgroup: str | None
-    ) -> None:
-        self.zygote = zygote
-        self.pid = pid
-        self.output: Output | None = output
-        self.exits = exits
-        self.cgroup = cgroup
-        self.exit_code: int | None = None
+    zygote: Zygote
+    pid: int
+    output: Output | None
+    exits: int
+    cgroup: str | None
+    exit_code: int | None = None
 
     def exited(self) -> bool:
         """Whether the zygote reported the exit (it reaped pytest and swept its cgroup)."""
@@ -232,19 +226,16 @@ class PendingSpawn(Generic[Spawned]):
         except (ValueError, msgpack.UnpackException):
             reply = None
         if not isinstance(reply, dict) or flags & socket.MSG_TRUNC:
-            _close_all(fds)
-            self._broken("it did not answer" if not data else "its reply is malformed")
+            self._broken("it did not answer" if not data else "its reply is malformed", fds)
         if not reply.get("ok"):
             _close_all(fds)
             raise SpawnError(f"the zygote refused: {reply.get('error')}")
         pid, cgroup = reply.get("pid"), reply.get("cgroup")
         deadline = reply.get("deadline", 0.0) if not self.gate_cap else 0.0
         if not isinstance(pid, int) or not isinstance(cgroup, str | None) or len(fds) > 2:
-            _close_all(fds)
-            self._broken("its reply is malformed")
+            self._broken("its reply is malformed", fds)
         if not isinstance(deadline, float):
-            _close_all(fds)
-            self._broken("its reply is malformed")
+            self._broken("its reply is malformed", fds)
         if len(fds) < 2:
             # The kernel dropped a descriptor (this process is out of them): the child has no
             # one to talk to; the zygote ends it, and this turn or gate cannot start.
@@ -284,7 +275,8 @@ class PendingSpawn(Generic[Spawned]):
         """Stop waiting: a child the zygote still hands over is killed there."""
         self.sock.close()
 
-    def _broken(self, why: str) -> NoReturn:
+    def _broken(self, why: str, fds: list[int] | None = None) -> NoReturn:
+        _close_all(fds or [])
         self.close()
         self.zygote.abandon(f"zygote {self.zygote.pid}: {why}")
         raise ZygoteError(f"the zygote broke a spawn: {why}")

@@ -6,16 +6,13 @@ channel: the child sends ``Job``; the parent answers ``Completion`` or ``JobFail
 finally sends one ``Result`` and exits. The child always ends in ``os._exit`` — returning into
 the caller would clone the actor that forked it. The parent owns the ``WorkerHandle``
 (``shelldon.worker.handle``): it kills, reaps (this pid only) and closes it.
-
-``spawn_spare`` forks a plain-turn worker ahead of its turn (the zygote keeps one): it does all
-of the above up to the registry, then waits for its ``Assignment`` (``shelldon.worker.spare``)
-and from there runs exactly as a worker forked for that turn: one turn, then it dies.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import gc
 import math
 import os
@@ -30,11 +27,11 @@ from shelldon.config import Settings
 from shelldon.contracts import Result, ResumeRequest, TurnRequest
 from shelldon.proc import sandbox
 from shelldon.proc.child import Child, SpawnError
-from shelldon.worker.approved import confined_runner
+from shelldon.worker.approved import run_approved
 from shelldon.worker.channel import send_frame, send_packed
 from shelldon.worker.handle import EXIT_CHANNEL, EXIT_CRASH, EXIT_OK, WorkerHandle
 from shelldon.worker.loop import Ask, run_resume, run_turn
-from shelldon.worker.prepare import confine, prepare_child
+from shelldon.worker.prepare import prepare_child
 from shelldon.worker.relay import channel_announce, channel_ask, result_frame
 from shelldon.worker.spare import SPARE_TURN_ID, NoAssignment, await_assignment, rehearse_assignment
 from shelldon.worker.tools import Registry, build_registry
@@ -59,12 +56,10 @@ def _worker_main(
     body: TurnBody | None,
     registry_factory: RegistryFactory,
     confinement: sandbox.Confinement,
-    network: bool = False,
+    network: bool,
 ) -> NoReturn:
-    """The child's whole life; every path ends in ``os._exit``.
-
-    ``body`` None: a spare, which prepares, builds its registry, then waits for its Assignment.
-    """
+    """The child's whole life; every path ends in ``os._exit``. ``body`` None: a spare, which
+    prepares, builds its registry, then waits for its Assignment."""
     code = EXIT_CRASH
     failure: BaseException | None = None
     try:
@@ -87,12 +82,14 @@ def _worker_main(
             if failure is not None:
                 raise failure
         assert registry is not None
-        registry.announce = channel_announce(sock, turn_id, deadline + settings.limits.kill_grace_s)
         # The parent kills at deadline + grace; waiting that long for an answer is never wrong.
-        ask = channel_ask(sock, turn_id, deadline + settings.limits.kill_grace_s)
-        frame = result_frame(body(registry, ask, deadline, lambda: confine(confinement)))
+        wait_until = deadline + settings.limits.kill_grace_s
+        registry.announce = channel_announce(sock, turn_id, wait_until)
+        ask = channel_ask(sock, turn_id, wait_until)
+        confine_rest = functools.partial(sandbox.confine_worker, confinement, network=False)
+        frame = result_frame(body(registry, ask, deadline, confine_rest))
         code = EXIT_CHANNEL
-        send_packed(sock, frame, deadline + settings.limits.kill_grace_s)
+        send_packed(sock, frame, wait_until)
         code = EXIT_OK
     except NoAssignment as exc:
         # A spare whose parent hung up or sent garbage: no turn was ever its own.
@@ -121,10 +118,8 @@ def _turn_body(request: TurnRequest, settings: Settings) -> TurnBody:
 
 
 def above_stdio(sock: socket.socket) -> socket.socket:
-    """``sock`` on a descriptor above 2, so the child's stdio never aliases its channel.
-
-    Only a parent started with stdio closed gets a socket on 0-2; it is moved, not refused.
-    """
+    """``sock`` on a descriptor above 2, so the child's stdio never aliases its channel (only
+    a parent started with stdio closed gets a socket on 0-2; it is moved, not refused)."""
     if sock.fileno() > 2:
         return sock
     moved = fcntl.fcntl(sock.fileno(), fcntl.F_DUPFD_CLOEXEC, 3)
@@ -215,11 +210,10 @@ def spawn_spare(
     registry_factory: RegistryFactory = build_registry,
     rulesets: sandbox.Rulesets | None = None,
 ) -> WorkerHandle:
-    """Fork a plain-turn worker ahead of its turn: prepared, confined (network off), in its
-    turn's cgroup, registry built, then blocked on its channel until ``assign_spare``.
-
-    The handle's ``turn_id`` is ``SPARE_TURN_ID`` and its deadline infinite until assigned.
-    """
+    """Fork a plain-turn worker ahead of its turn (the zygote keeps one): prepared, confined
+    (network off), in its turn's cgroup, registry built, then blocked on its channel until its
+    ``Assignment`` (``shelldon.worker.spare``); from there it runs as a worker forked for that
+    turn. Its ``turn_id`` is ``SPARE_TURN_ID`` and its deadline infinite until assigned."""
     return _spawn(SPARE_TURN_ID, settings, None, registry_factory, rulesets=rulesets)
 
 
@@ -236,9 +230,6 @@ def spawn_resume(
     def body(
         registry: Registry, ask: Ask, deadline: float, confine_rest: Callable[[], None]
     ) -> Result:
-        # The approved call runs in its own child, confined for what it needs (the workspace,
-        # the network only if it must); the worker closes its own confinement right after,
-        # before the model goes on.
         return run_resume(
             request,
             registry,
@@ -246,7 +237,7 @@ def spawn_resume(
             settings,
             deadline,
             confine=confine_rest,
-            run_approved=confined_runner(call_confinement),
+            run_approved=functools.partial(run_approved, confinement=call_confinement),
         )
 
     return _spawn(request.turn_id, settings, body, registry_factory, network=request.approved)

@@ -1,56 +1,47 @@
 """The worker zygote: a small process that forks every per-turn worker for the service.
 
-The service forks the zygote at start-up, before it reads any secret; from then on the service
-(which will hold the bot token and the API key) never forks a worker itself. It asks the zygote
-instead, over a ``SOCK_SEQPACKET`` control socket, and the zygote forks the worker with the
-existing ``spawn`` machinery: the worker is the zygote's child, inherits only the zygote's
-memory (which never held a credential, invariant 4) and dies with it (``PR_SET_PDEATHSIG``).
+Forked at start-up, before the service reads any secret, it forks each worker with the ``spawn``
+machinery: a worker inherits only memory that never held a credential (invariant 4) and dies
+with the zygote (``PR_SET_PDEATHSIG``). It holds each child's real handle, so kill (cgroup +
+process group + pid), waitid-before-reap and exit codes keep their semantics. This module is
+the service's client (``Zygote``; the children it hands over are ``shelldon.worker.remote``)
+and the zygote's first steps (``zygote_main``); ``shelldon.worker.zygote_server`` serves.
 
-Protocol: every message is one msgpack map with an ``id``. No actor waits for an answer:
-``spawn`` and ``gate`` carry, as SCM_RIGHTS, a socket of their own that the reply comes back on
-(the caller watches it: ``PendingSpawn``); ``kill`` and ``close`` get no answer; only ``ping``
-is answered on the control socket (start-up, tests). A refusal is ``{"ok": False, "error",
-"kind"}``.
+Protocol, on a ``SOCK_SEQPACKET`` control socket: one msgpack map with an ``id`` per message.
+No actor waits for an answer: ``spawn`` and ``gate`` carry, as SCM_RIGHTS, a socket of their
+own that the reply comes back on (the caller watches it: ``PendingSpawn``); ``kill`` and
+``close`` get no answer; only ``ping`` is answered on the control socket (start-up, tests). A
+malformed request is refused: ``{"ok": False, "error", "kind"}``.
 
 - ``{"op": "ping"}`` → ``{"pid", "spare"}`` (readiness; the idle spare's pid or None).
 - ``{"op": "spawn"}`` with the reply socket and a memfd holding the encoded ``TurnRequest`` or
-  ``ResumeRequest`` (any size, one message) → ``{"pid", "deadline", "cgroup"}`` plus two
-  descriptors: the worker's channel end and the read end of its *exit pipe*; the zygote
-  closes its copies at once, and kills a worker whose reply nobody takes.
+  ``ResumeRequest`` (any size) → ``{"pid", "deadline", "cgroup"}`` plus the worker's channel
+  end and the read end of its *exit pipe*; the zygote closes its copies at once, and kills a
+  worker whose reply nobody takes.
 - ``{"op": "gate", "staging", "private", "name", "timeout_s", "address_space_mb", "cpu_s",
-  "cap"}`` with the reply socket → ``{"pid", "cgroup"}`` plus two descriptors: the read end of
-  the gate pytest's combined output and its exit pipe. The zygote forks the pytest
-  (``gate.launch_pytest``: confinement from its own ``[sandbox]``, the given bounds) and
-  watches it like a worker.
-- ``{"op": "kill", "pid"}``; ``{"op": "close", "pid"}`` (the service is done with that worker
-  or gate: one still running is killed). Neither waits for the exit.
+  "cap"}`` with the reply socket → ``{"pid", "cgroup"}`` plus the read end of the gate pytest's
+  combined output and its exit pipe (``gate.launch_pytest``: confined by the zygote's own
+  ``[sandbox]``, the given bounds); it is watched like a worker.
+- ``{"op": "kill", "pid"}``; ``{"op": "close", "pid"}`` (the service is done with it: one still
+  running is killed). Neither waits for the exit.
 
-Exits are events, not requests: the zygote watches every worker (a pidfd where the kernel has
-one, else a short poll), and when one exits it sweeps its process group and cgroup, reaps it,
-and writes the exit code (4 bytes, signed, little-endian) into its exit pipe, then closes it.
-The service watches that descriptor like any other, so no actor ever waits for a process; EOF
-with no code means the zygote itself died. The zygote also holds the turn's ceiling: a worker
-still running ``BACKSTOP_S`` past its deadline and grace is killed there, whatever the service
-did.
+Exits are events: the zygote watches every child (a pidfd, else a short poll); when one exits
+it sweeps its process group and cgroup, reaps it, writes the code (``EXIT_CODE``) into its exit
+pipe and closes it. The service watches that pipe like any descriptor; EOF with no code means
+the zygote died. The zygote also holds the ceiling: a child still running ``BACKSTOP_S`` past
+its deadline and grace is killed there, whatever the service did. EOF on the control socket
+kills and reaps every child and the spare, then the zygote exits 0.
 
 The spare: unless started with ``spare=False``, the zygote keeps one plain-turn worker forked
-ahead of time (``spawn.spawn_spare``: prepared, confined, in its turn's cgroup, registry built,
-blocked on its channel). A ``turn`` spawn hands the spare the request (``spawn.assign_spare``;
-the deadline is fixed then) instead of forking, replies as above, and only then forks the next
-spare, so no spawn waits for a fork. The spare is discarded (killed, reaped) and the turn gets a
-freshly forked worker when the self-coded toolbox changed since the spare was forked (its
-fingerprint differs), or when the spare died while idle or does not take the assignment.
-``resume`` spawns always fork afresh: their approved call runs before the confinement closes.
+ahead (``spawn.spawn_spare``). A turn spawn hands it the request (``spare.assign_spare``; the
+deadline is fixed then), replies, and only then forks the next spare, so no spawn waits for a
+fork. A spare forked with another self-coded toolbox (its fingerprint differs), dead while idle
+or not taking its assignment is discarded and the turn gets a fresh fork. Resumes always fork
+afresh: their approved call runs before the confinement closes.
 
-This module is the service's side (``Zygote``; its children are ``shelldon.worker.remote``)
-and the zygote's first steps (``zygote_main``); then it serves (``shelldon.worker.zygote_server``).
-The zygote holds the real ``WorkerHandle`` of every worker (and ``Child`` of every gate), so
-kill (cgroup + process group + pid), waitid-before-reap and exit codes keep their semantics. A
-malformed request gets an error reply; EOF on the control socket kills and reaps every worker
-and the spare, then the zygote exits 0. The service side (``Zygote``) never waits in an actor:
-a zygote that dies, stalls past ``REQUEST_TIMEOUT_S`` on a spawn, fills its control socket or
-breaks the protocol is SIGKILLed (its workers die with it) and every later spawn raises
-``ZygoteError``.
+The service side never waits in an actor: a zygote that dies, stalls past ``REQUEST_TIMEOUT_S``,
+fills its control socket or breaks the protocol is SIGKILLed (its workers die with it) and
+every later spawn raises ``ZygoteError``.
 """
 
 from __future__ import annotations
@@ -89,7 +80,6 @@ __all__ = [
     "PendingSpawn",
     "Zygote",
     "ZygoteError",
-    "ZygoteGate",
     "ZygoteWorkerHandle",
 ]
 
@@ -133,20 +123,16 @@ def zygote_main(
 class Zygote:
     """The service's client of the zygote process (one client; calls are serialized)."""
 
-    def __init__(
-        self, child: Child, sock: socket.socket, *, timeout: float = REQUEST_TIMEOUT_S
-    ) -> None:
+    def __init__(self, child: Child, sock: socket.socket) -> None:
         self.pid = child.pid
         self._child = child
         self._sock = sock
-        self._timeout = timeout
+        self._timeout = REQUEST_TIMEOUT_S
         self._lock = threading.Lock()
         self._seq = 0
         self._dead: str | None = None
         # Workers not yet reaped or closed, with their cgroup (swept if the zygote is killed).
         self._live: dict[int, str | None] = {}
-
-    # -------------------------------------------------------------- life cycle
 
     @classmethod
     def start(
@@ -156,12 +142,9 @@ class Zygote:
         registry_factory: RegistryFactory | None = None,
         spare: bool = True,
     ) -> Zygote:
-        """Fork the zygote now and return once it has answered one ping (with ``spare``, once
-        it has also forked its first spare worker).
-
-        Call it from the main thread, before any secret is read: the zygote's
-        ``PR_SET_PDEATHSIG`` fires when the *thread* that forked it exits, not the process.
-        """
+        """Fork the zygote and return once it answered a ping (with ``spare``, once it also
+        forked its first spare). Call it from the main thread, before any secret is read: its
+        ``PR_SET_PDEATHSIG`` fires when the *thread* that forked it exits, not the process."""
         if threading.current_thread() is not threading.main_thread():
             log.warning("zygote_started_off_main_thread")
         # Workers are confined to the workspace: it must exist before the first one is prepared.
@@ -200,9 +183,8 @@ class Zygote:
         return zygote
 
     def spare_pid(self) -> int | None:
-        """The pid of the zygote's idle spare worker, if it has one now (diagnostics, tests).
-
-        Asked after a spawn, it answers once that spawn's next spare was forked."""
+        """The pid of the zygote's idle spare, if it has one (diagnostics, tests); asked after a
+        spawn, it answers once that spawn's next spare was forked."""
         pid = self.call({"op": "ping"}).get("spare")
         return pid if isinstance(pid, int) else None
 
@@ -233,18 +215,13 @@ class Zygote:
             self._child.close()
             self._live.clear()
 
-    # -------------------------------------------------------------- spawning
-
     def begin_turn(self, request: TurnRequest | ResumeRequest) -> PendingSpawn[ZygoteWorkerHandle]:
         """Ask for a worker that runs (or resumes) ``request``; its handle arrives on the
         returned ``PendingSpawn`` (watch its ``fileno``). Never waits for the zygote."""
         try:
             blob = encode(request)
-        except ContractError as exc:
-            raise SpawnError(f"cannot hand the request to the zygote: {exc}") from exc
-        try:
             memfd = os.memfd_create("shelldon-request", os.MFD_CLOEXEC)
-        except OSError as exc:
+        except (ContractError, OSError) as exc:
             raise SpawnError(f"cannot hand the request to the zygote: {exc}") from exc
         try:
             view = memoryview(blob)
@@ -276,12 +253,6 @@ class Zygote:
         """``begin_turn``, waited for (tests, benchmarks: actors never wait)."""
         return self.begin_turn(request).wait(self._timeout)
 
-    spawn_resume = spawn_turn
-
-    def spawn_gate(self, staging: Path, private: Path, name: str, limits: GateLimits) -> ZygoteGate:
-        """``begin_gate``, waited for."""
-        return self.begin_gate(staging, private, name, limits).wait(self._timeout)
-
     def _begin(self, request: dict[str, Any], *fds: int, **what: Any) -> PendingSpawn[Any]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -294,13 +265,33 @@ class Zygote:
         ours.setblocking(False)
         return PendingSpawn(self, ours, **what)
 
-    # -------------------------------------------------------------- the wire
-
     def call(self, request: dict[str, Any]) -> dict[str, Any]:
         """One request, one reply on the control socket: ``ping`` (ZygoteError: the zygote is
         gone; SpawnError: refused)."""
         with self._lock:
-            return self._call_locked(request)
+            if self._dead is not None:
+                raise ZygoteError(self._dead)
+            self._seq += 1
+            seq = self._seq
+            try:
+                self._sock.settimeout(self._timeout)
+                self._sock.send(msgpack.packb({**request, "id": seq}))
+                data, _, flags, _ = self._sock.recvmsg(MAX_MESSAGE)
+                if not data:
+                    raise ZygoteError("the zygote closed its control socket")
+                if flags & socket.MSG_TRUNC:
+                    raise ZygoteError("the zygote sent an oversized reply")
+                reply = msgpack.unpackb(data)
+                if not isinstance(reply, dict) or reply.get("id") != seq:
+                    raise ZygoteError(f"the zygote answered out of turn: {reply!r:.120}")
+            except (OSError, ValueError, msgpack.UnpackException, ZygoteError) as exc:
+                reason = "timed out" if isinstance(exc, TimeoutError) else "failed"
+                message = f"zygote {self.pid} {reason}: {exc}"
+                self._fail(message)
+                raise ZygoteError(message) from exc
+        if not reply.get("ok"):
+            raise SpawnError(f"zygote refused {request.get('op')!r}: {reply.get('error')}")
+        return reply
 
     def post(self, request: dict[str, Any], *fds: int) -> None:
         """Send one message that gets no reply here (``kill``, ``close``; ``spawn`` and
@@ -325,31 +316,6 @@ class Zygote:
     def forget(self, pid: int) -> None:
         """``pid`` was reaped or closed: no cgroup of its to sweep any more."""
         self._live.pop(pid, None)
-
-    def _call_locked(self, request: dict[str, Any]) -> dict[str, Any]:
-        if self._dead is not None:
-            raise ZygoteError(self._dead)
-        self._seq += 1
-        seq = self._seq
-        try:
-            self._sock.settimeout(self._timeout)
-            self._sock.send(msgpack.packb({**request, "id": seq}))
-            data, _, flags, _ = self._sock.recvmsg(MAX_MESSAGE)
-            if not data:
-                raise ZygoteError("the zygote closed its control socket")
-            if flags & socket.MSG_TRUNC:
-                raise ZygoteError("the zygote sent an oversized reply")
-            reply = msgpack.unpackb(data)
-            if not isinstance(reply, dict) or reply.get("id") != seq:
-                raise ZygoteError(f"the zygote answered out of turn: {reply!r:.120}")
-        except (OSError, ValueError, msgpack.UnpackException, ZygoteError) as exc:
-            reason = "timed out" if isinstance(exc, TimeoutError) else "failed"
-            message = f"zygote {self.pid} {reason}: {exc}"
-            self._fail(message)
-            raise ZygoteError(message) from exc
-        if not reply.get("ok"):
-            raise SpawnError(f"zygote refused {request.get('op')!r}: {reply.get('error')}")
-        return reply
 
     def abandon(self, reason: str) -> None:
         """Declare the zygote broken from outside a call (it failed to report an exit)."""

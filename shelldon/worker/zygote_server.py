@@ -1,11 +1,7 @@
 """The zygote process: forks every per-turn worker, reports each exit, keeps the spare.
 
-Forked by ``shelldon.worker.zygote.Zygote.start`` before the service reads any secret
-(``zygote_main`` there is its whole life). ``ZygoteServer`` answers the control socket's
-requests (the protocol is in ``shelldon.worker.zygote``), holds the real handle of every worker
-and gate it handed out, watches them (pidfd), and writes each one's exit code into its exit pipe
-once it has swept and reaped it; it kills one still running ``BACKSTOP_S`` past its deadline and
-grace.
+``ZygoteServer`` is what ``shelldon.worker.zygote.zygote_main`` runs once the zygote is forked;
+the protocol and the exit, backstop and spare rules are described in that module.
 """
 
 from __future__ import annotations
@@ -18,7 +14,6 @@ import select
 import socket
 import struct
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,10 +131,6 @@ class ZygoteServer:
         self.keep_spare = spare
         self.spare: Spare | None = None
         self.workers: dict[int, Worker] = {}
-        self.handlers: dict[str, Callable[[dict[str, Any]], None]] = {
-            "kill": self.kill,
-            "close": self.close,
-        }
 
     def serve(self) -> None:
         """Answer requests and report exits until the client hangs up, then kill and reap
@@ -175,7 +166,7 @@ class ZygoteServer:
             for fd in fds:
                 os.close(fd)
             return False
-        self.handle(data, fds, truncated=bool(flags & socket.MSG_TRUNC))
+        self.handle(data, fds, bool(flags & socket.MSG_TRUNC))
         return True
 
     def next_look(self) -> float | None:
@@ -209,11 +200,10 @@ class ZygoteServer:
             del self.workers[pid]
             log.info("worker_exited", pid=pid, turn_id=worker.name, exit_code=code)
 
-    def handle(self, data: bytes, fds: list[int] | None = None, *, truncated: bool = False) -> None:
+    def handle(self, data: bytes, fds: list[int], truncated: bool) -> None:
         """Carry out one message (never raises for a bad one). ``spawn`` and ``gate`` come with
         the socket their reply goes to (a spawn also with a memfd holding its request);
         ``ping`` is answered on the control socket; ``kill`` and ``close`` get no answer."""
-        fds = list(fds or ())
         reply_to: socket.socket | None = None
         seq: Any = None
         one_way = False
@@ -239,7 +229,7 @@ class ZygoteServer:
                 if op == "ping":
                     self.reply(self.sock, {**self.ping(), "id": seq, "ok": True})
                 else:
-                    self.handlers[op](request)
+                    (self.kill if op == "kill" else self.close)(request)
             elif op == "spawn":
                 self.spawn(reply_to, read_request(fds.pop(0)))
             else:
@@ -281,8 +271,6 @@ class ZygoteServer:
             return False
         return True
 
-    # -------------------------------------------------------------- requests
-
     def ping(self) -> dict[str, Any]:
         spare = self.spare
         return {"pid": os.getpid(), "spare": spare.handle.pid if spare is not None else None}
@@ -294,29 +282,22 @@ class ZygoteServer:
             contract = decode(blob)
         except ContractError as exc:
             raise RequestError("protocol", f"bad request: {exc}") from exc
-        turn: TurnRequest | None = None
-        resume: ResumeRequest | None = None
-        if isinstance(contract, TurnRequest):
-            turn = contract
-        elif isinstance(contract, ResumeRequest):
-            resume = contract
-        else:
+        if not isinstance(contract, TurnRequest | ResumeRequest):
             raise RequestError("protocol", f"no worker runs a {type(contract).__name__}")
-        handle = self.take_spare(turn, blob) if turn is not None else None
+        handle = self.take_spare(contract, blob) if isinstance(contract, TurnRequest) else None
         if handle is None:
             self.discover()
             try:
-                if turn is not None:
+                if isinstance(contract, TurnRequest):
                     handle = spawn.spawn_turn(
-                        turn,
+                        contract,
                         self.settings,
                         registry_factory=self.registry_factory,
                         rulesets=self.rulesets,
                     )
                 else:
-                    assert resume is not None
                     handle = spawn.spawn_resume(
-                        resume, self.settings, registry_factory=self.registry_factory
+                        contract, self.settings, registry_factory=self.registry_factory
                     )
             except SpawnError as exc:
                 self.refill()  # no worker for this turn; maybe one for the next
@@ -327,7 +308,7 @@ class ZygoteServer:
             self.discard(handle)
             raise RequestError("spawn", f"cannot open the exit pipe: {exc}") from exc
         self.workers[handle.pid] = Worker(handle, exit_w, handle.deadline, handle.turn_id)
-        cgroup = str(handle.cgroup.path) if handle.cgroup is not None else None
+        cgroup = handle.cgroup_path
         reply = {"ok": True, "pid": handle.pid, "deadline": handle.deadline, "cgroup": cgroup}
         try:
             if not self.reply(reply_to, reply, (handle.sock.fileno(), exit_r)):
@@ -344,25 +325,25 @@ class ZygoteServer:
     def gate(self, reply_to: socket.socket, request: dict[str, Any]) -> None:
         """Fork a gate's pytest (``launch_pytest``: the confinement, limits and cgroup of a
         gate) and hand the service its output pipe and exit pipe on ``reply_to``."""
-        staging, private, name = request.get("staging"), request.get("private"), request.get("name")
+        texts = [request.get(key) for key in ("staging", "private", "name")]
         bounds = [request.get(key) for key in ("timeout_s", "address_space_mb", "cpu_s", "cap")]
         numbers = [v for v in bounds if isinstance(v, int | float) and v > 0]
-        paths = [v for v in (staging, private, name) if isinstance(v, str)]
+        paths = [v for v in texts if isinstance(v, str)]
         if len(numbers) != 4 or len(paths) != 3 or Path(paths[1]).parent != Path(paths[0]):
             raise RequestError("protocol", "a gate: staging, private dir in it, tool, bounds")
-        if not paths[2].isidentifier():
+        staging, private, name = paths
+        if not name.isidentifier():
             raise RequestError("protocol", "a tool is named by an identifier")
         timeout_s, address_space_mb, cpu_s, cap = numbers
-        sandbox_settings = self.settings.sandbox
         limits = GateLimits(
-            float(timeout_s), int(address_space_mb), int(cpu_s), int(cap), sandbox_settings
+            float(timeout_s), int(address_space_mb), int(cpu_s), int(cap), self.settings.sandbox
         )
         try:
             exit_r, exit_w = os.pipe2(os.O_CLOEXEC)
         except OSError as exc:
             raise RequestError("spawn", f"cannot open the exit pipe: {exc}") from exc
         try:
-            child = launch_pytest(Path(paths[0]), Path(paths[1]), paths[2], limits)
+            child = launch_pytest(Path(staging), Path(private), name, limits)
         except OSError as exc:
             os.close(exit_r)
             os.close(exit_w)
@@ -370,20 +351,17 @@ class ZygoteServer:
         output = child.output
         assert output is not None
         deadline = time.monotonic() + limits.timeout_s
-        self.workers[child.pid] = Worker(child, exit_w, deadline, f"gate:{paths[2]}")
+        self.workers[child.pid] = Worker(child, exit_w, deadline, f"gate:{name}")
         cgroup = str(child.cgroup.path) if child.cgroup is not None else None
+        reply = {"ok": True, "pid": child.pid, "cgroup": cgroup}
         try:
-            if not self.reply(
-                reply_to, {"ok": True, "pid": child.pid, "cgroup": cgroup}, (output.fd, exit_r)
-            ):
+            if not self.reply(reply_to, reply, (output.fd, exit_r)):
                 child.kill()
         finally:
             # The service reads the output now; a copy here would hide pytest's EOF.
             output.close()
             child.output = None
             os.close(exit_r)
-
-    # -------------------------------------------------------------- the spare
 
     def discover(self) -> None:
         """Discover live self-coded tools here, before a fork: the worker inherits the result
@@ -432,8 +410,7 @@ class ZygoteServer:
 
     def take_spare(self, turn: TurnRequest, blob: bytes) -> WorkerHandle | None:
         """The spare, assigned ``turn`` (``blob``, as the service encoded it; deadline fixed
-        now); None if there is no usable one,
-        after discarding one that is stale, dead or stuck."""
+        now); None if there is no usable one, after discarding one that is stale, dead or stuck."""
         spare, self.spare = self.spare, None
         if spare is None:
             return None

@@ -319,7 +319,7 @@ def test_a_resume_never_uses_the_spare(zygote: Zygote) -> None:
     parked = RequestToolApproval(
         risky, "deploy()", (Message(Role.USER, "deploy"), Message(Role.ASSISTANT, "", (risky,)))
     )
-    with zygote.spawn_resume(ResumeRequest("t-res", 7, parked, True)) as handle:
+    with zygote.spawn_turn(ResumeRequest("t-res", 7, parked, True)) as handle:
         assert handle.pid != spare
         jobs, result = converse(handle, [say("Deployed!")])
         assert tool_output(jobs[0]) == "deployed" and result.reply == "Deployed!"

@@ -185,7 +185,7 @@ def test_resume_runs_the_approved_call(zygote: Zygote, settings: Settings) -> No
             Message(Role.ASSISTANT, "", (risky,)),
         ),
     )
-    with zygote.spawn_resume(ResumeRequest("t-res", 7, parked, True)) as handle:
+    with zygote.spawn_turn(ResumeRequest("t-res", 7, parked, True)) as handle:
         jobs, result = converse(handle, [say("Deployed!")])
         assert tool_output(jobs[0]) == "deployed"
         assert result.reply == "Deployed!" and result.tool_executions == 1
