@@ -43,33 +43,16 @@ from shelldon.proc.sandbox.cgroup import (
 from shelldon.proc.sandbox.confinement import (
     Confinement,
     prepare_call,
-    prepare_gate,
     prepare_worker,
     with_private_dir,
 )
 from shelldon.proc.sandbox.dumpable import drop_capabilities, dumpable, forbid_dumps
 from shelldon.proc.sandbox.landlock import Rulesets, landlock_abi
-from shelldon.proc.sandbox.memory import (
-    CMDLINE_FIX,
-    kernel_memory_controller,
-    with_memory_fallback,
-)
+from shelldon.proc.sandbox.memory import CMDLINE_FIX, kernel_memory_controller, with_memory_fallback
 from shelldon.proc.sandbox.paths import allowed_paths
 from shelldon.proc.sandbox.pidns import pidns_available
-from shelldon.proc.sandbox.plan import (
-    Plan,
-    check_required,
-    describe,
-    plan,
-    required_layer,
-    seccomp_available,
-)
-from shelldon.proc.sandbox.policy import (
-    DENIED_SOCKET_FAMILIES,
-    DENIED_SYSCALLS,
-    FS_LAYERS,
-    SandboxError,
-)
+from shelldon.proc.sandbox.plan import check_required, describe, plan, required_layer
+from shelldon.proc.sandbox.policy import SandboxError
 from shelldon.proc.sandbox.seccomp import build_filter, load_filter
 from shelldon.proc.sandbox.userns import userns_available
 
@@ -95,18 +78,12 @@ __all__ = [
     "allowed_paths",
     "Confinement",
     "prepare_call",
-    "prepare_gate",
     "with_private_dir",
     "prepare_worker",
-    "Plan",
     "check_required",
     "describe",
     "plan",
     "required_layer",
-    "seccomp_available",
-    "DENIED_SOCKET_FAMILIES",
-    "DENIED_SYSCALLS",
-    "FS_LAYERS",
     "SandboxError",
     "build_filter",
     "load_filter",

@@ -16,7 +16,6 @@ _prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
-_PR_GET_SECCOMP = 21
 
 
 def _check(ret: int, what: str) -> int:
