@@ -28,18 +28,26 @@ class ProcEntry:
     start: int
 
 
-def _read_entry(pid: int) -> ProcEntry | None:
-    """One process's line of the table, or None if it is gone."""
+def _read_proc(path: str, size: int) -> bytes | None:
+    """A ``/proc`` file's first ``size`` bytes, or None if it is gone or unreadable (os.read,
+    not open(): the table is read twice per run)."""
     try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        raw = os.read(fd, 4096)  # os.read, not open(): the table is read twice per run
+        return os.read(fd, size)
     except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def _read_entry(pid: int) -> ProcEntry | None:
+    """One process's line of the table, or None if it is gone."""
+    raw = _read_proc(f"/proc/{pid}/stat", 4096)
+    if raw is None:
+        return None
     # comm may hold spaces and parentheses: the fields start after the last ')'.
     fields = raw[raw.rfind(b")") + 2 :].split()
     if len(fields) < 20:
@@ -83,17 +91,8 @@ def _self_in_proc() -> int | None:
 
 def _nspids(proc_pid: int | str) -> list[int] | None:
     """A process's pid in each PID namespace it is in, outermost first (``NSpid``)."""
-    try:
-        fd = os.open(f"/proc/{proc_pid}/status", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        raw = os.read(fd, 1 << 14)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    for line in raw.split(b"\n"):
+    raw = _read_proc(f"/proc/{proc_pid}/status", 1 << 14)
+    for line in (raw or b"").split(b"\n"):
         if line.startswith(b"NSpid:"):
             return [int(word) for word in line.split()[1:]]
     return None
