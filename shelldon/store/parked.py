@@ -3,6 +3,7 @@ failed gates (repair offers), each consumed exactly once, all committed durably.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Collection
 
@@ -149,24 +150,15 @@ class Parked(Aggregate):
 
     def park_repair(self, offer: RepairOffer, summary: str, now: float, ttl_s: float) -> None:
         """Park a failed gate's repair offer until the owner taps "Try to fix" or "Drop"."""
+        row = dataclasses.asdict(offer)
+        row.update(summary=summary, created_at=now, expires_at=now + ttl_s)
         with self._db.write(durable=True) as db:
             db.execute(
                 "INSERT INTO repair_offers (offer_id, chat_id, name, round, code, test, "
-                "replaces, report, summary, created_at, expires_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    offer.offer_id,
-                    offer.chat_id,
-                    offer.name,
-                    offer.round,
-                    offer.code,
-                    offer.test,
-                    offer.replaces,
-                    offer.report,
-                    summary,
-                    now,
-                    now + ttl_s,
-                ),
+                "replaces, report, summary, created_at, expires_at) VALUES (:offer_id, "
+                ":chat_id, :name, :round, :code, :test, :replaces, :report, :summary, "
+                ":created_at, :expires_at)",
+                row,
             )
 
     def take_repair(self, offer_id: str, now: float, turn_id: str = "") -> RepairOffer | None:
