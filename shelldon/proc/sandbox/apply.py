@@ -13,7 +13,12 @@ import structlog
 from shelldon.config import SandboxSettings
 from shelldon.proc.sandbox.cgroup import TurnCgroup
 from shelldon.proc.sandbox.confinement import Confinement, prepare_gate
-from shelldon.proc.sandbox.landlock import _apply_prebuilt, _landlock_restrict, landlock_abi
+from shelldon.proc.sandbox.landlock import (
+    _apply_prebuilt,
+    _landlock_apply,
+    _landlock_ruleset,
+    landlock_abi,
+)
 from shelldon.proc.sandbox.paths import gate_never
 from shelldon.proc.sandbox.pidns import enter_pid_namespace
 from shelldon.proc.sandbox.plan import Plan
@@ -45,7 +50,7 @@ def _apply_fs(c: Confinement, *, network: bool = False) -> None:
             if c.proc_self:
                 ro = (*ro, "/proc/self")  # resolved now: this process's own, no other's
             if network or not _apply_prebuilt(c.ruleset_fd, abi, proc_self=c.proc_self):
-                _landlock_restrict(ro, rw, network=network, abi=abi)
+                _landlock_apply(_landlock_ruleset(ro, rw, network=network, abi=abi))
         elif p.fs == "userns":
             _userns_restrict(ro, rw, network=network)
         else:

@@ -135,12 +135,6 @@ def _landlock_apply(ruleset: int) -> None:
         os.close(ruleset)
 
 
-def _landlock_restrict(
-    read_only: Iterable[str], read_write: Iterable[str], *, network: bool, abi: int
-) -> None:
-    _landlock_apply(_landlock_ruleset(read_only, read_write, network=network, abi=abi))
-
-
 def _apply_prebuilt(ruleset: int | None, abi: int, *, proc_self: bool = False) -> bool:
     """Apply a ruleset the parent built (with ``proc_self``, plus this process's own
     ``/proc/self``); False (build afresh) if there is none or it is unusable."""

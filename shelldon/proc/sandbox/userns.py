@@ -74,16 +74,14 @@ def enter_user_namespace(flags: int, what: str) -> None:
     # A process that is not dumpable (forked from the service) cannot write its own maps:
     # dumpable for these writes only, then back as it was.
     was_dumpable = dumpable()
-    if not was_dumpable:
-        set_dumpable(True)
+    set_dumpable(True)
     try:
         with contextlib.suppress(OSError):
             _write("/proc/self/setgroups", "deny")
         _write("/proc/self/uid_map", f"{uid} {uid} 1")
         _write("/proc/self/gid_map", f"{gid} {gid} 1")
     finally:
-        if not was_dumpable:
-            set_dumpable(False)
+        set_dumpable(was_dumpable)
 
 
 def _write(path: str, text: str) -> None:
