@@ -47,9 +47,8 @@ def _apply_fs(c: Confinement, *, network: bool = False) -> None:
     try:
         if p.fs == "landlock":
             abi = landlock_abi()
-            if c.proc_self:
-                ro = (*ro, "/proc/self")  # resolved now: this process's own, no other's
-            if network or not _apply_prebuilt(c.ruleset_fd, abi, proc_self=c.proc_self):
+            ro = (*ro, "/proc/self")  # resolved now: this process's own, no other's
+            if network or not _apply_prebuilt(c.ruleset_fd, abi):
                 _landlock_apply(_landlock_ruleset(ro, rw, network=network, abi=abi))
         elif p.fs == "userns":
             _userns_restrict(ro, rw, network=network)

@@ -135,15 +135,14 @@ def _landlock_apply(ruleset: int) -> None:
         os.close(ruleset)
 
 
-def _apply_prebuilt(ruleset: int | None, abi: int, *, proc_self: bool = False) -> bool:
-    """Apply a ruleset the parent built (with ``proc_self``, plus this process's own
-    ``/proc/self``); False (build afresh) if there is none or it is unusable."""
+def _apply_prebuilt(ruleset: int | None, abi: int) -> bool:
+    """Apply a ruleset the parent built, plus this process's own ``/proc/self``; False (build
+    afresh) if there is none or it is unusable."""
     if ruleset is None:
         return False
     try:
-        if proc_self:
-            # /proc/self resolves when opened: added here, it is this process's own.
-            _landlock_allow(ruleset, "/proc/self", _READ_RIGHTS & _handled_fs(abi))
+        # /proc/self resolves when opened: added here, it is this process's own.
+        _landlock_allow(ruleset, "/proc/self", _READ_RIGHTS & _handled_fs(abi))
     except OSError as exc:
         log.warning("landlock_prebuilt_unusable", error=str(exc))
         with contextlib.suppress(OSError):
