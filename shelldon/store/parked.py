@@ -37,13 +37,6 @@ class Parked(Aggregate):
         status = "ok" if now < row[3] else "expired"
         return Taken(status, turn_id, row[0], bytes(row[1]), row[2])
 
-    def has_approval(self, turn_id: str) -> bool:
-        """Whether an approval is parked under ``turn_id`` (without consuming it)."""
-        row = self._db.execute(
-            "SELECT 1 FROM pending_approvals WHERE turn_id = ?", (turn_id,)
-        ).fetchone()
-        return row is not None
-
     def parked_approval(self, turn_id: str) -> bytes:
         """The blob parked under ``turn_id`` without consuming it (b"" if none)."""
         row = self._db.execute(
@@ -102,13 +95,6 @@ class Parked(Aggregate):
         # str(): a row written by other hands may hold BLOBs where the name and hash go.
         name, digest, code, test = str(row[1]), str(row[2]), bytes(row[5]), bytes(row[6])
         return ParkedPromotion(status, turn_id, row[0], name, digest, row[3], code, test, row[7])
-
-    def has_promotion(self, turn_id: str) -> bool:
-        """Whether a promotion is parked under ``turn_id`` (without consuming it)."""
-        row = self._db.execute(
-            "SELECT 1 FROM pending_promotions WHERE turn_id = ?", (turn_id,)
-        ).fetchone()
-        return row is not None
 
     def promotion_names(self) -> set[str]:
         """Names of the tools whose promotion is parked."""
