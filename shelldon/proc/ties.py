@@ -8,11 +8,10 @@ import signal
 
 import structlog
 
-from shelldon.proc.sandbox.libc import _prctl
+from shelldon.proc.sandbox.libc import _PR_SET_PDEATHSIG, _prctl
 
 log = structlog.get_logger(__name__)
 
-PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -20,7 +19,7 @@ def die_with_parent(parent_pid: int, exit_code: int) -> None:
     """Ask the kernel to SIGKILL the calling process when the one that forked it dies; if it
     already died (before the call took effect), ``_exit`` with ``exit_code`` now."""
     with contextlib.suppress(OSError, AttributeError):
-        _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     if os.getppid() != parent_pid:
         os._exit(exit_code)
 
