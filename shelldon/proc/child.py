@@ -29,6 +29,7 @@ import structlog
 
 from shelldon.proc.output import Output
 from shelldon.proc.sandbox.cgroup import TurnCgroup
+from shelldon.proc.sandbox.libc import _pidfd
 
 log = structlog.get_logger(__name__)
 
@@ -223,13 +224,6 @@ def _child_main(body: Callable[[], object], own_group: bool) -> NoReturn:
         code = 0
     finally:
         os._exit(code)
-
-
-def _pidfd(pid: int) -> int:
-    try:
-        return os.pidfd_open(pid)
-    except (OSError, AttributeError):
-        return -1
 
 
 def readable(fd: int, timeout: float) -> bool:

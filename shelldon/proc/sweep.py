@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import structlog
 
+from shelldon.proc.sandbox.libc import _pidfd
+
 log = structlog.get_logger(__name__)
 
 SWEEP_ROUNDS = 50
@@ -227,9 +229,8 @@ def _sweep_by_table(before: frozenset[int]) -> int:
 def _kill_exactly(entry: ProcEntry) -> None:
     """SIGKILL the process ``entry`` describes and no other, even if its pid was reused since the
     table was read: a pidfd pins one process, and its start time must still match."""
-    try:
-        pidfd = os.pidfd_open(entry.pid)
-    except (ProcessLookupError, AttributeError, OSError):
+    pidfd = _pidfd(entry.pid)
+    if pidfd < 0:
         return
     try:
         current = _read_entry(entry.pid)

@@ -119,11 +119,9 @@ class TurnCgroup:
         _write(str(self.path / "cgroup.procs"), "0")
 
     def adopt(self, pid: int) -> None:
-        """Move ``pid`` (a child just forked) into this cgroup from the parent's side.
-
-        A migration costs ~3 ms here (the kernel syncs RCU); done by the parent it overlaps the
-        child's own start-up. Raises ``OSError``; the caller kills the child on failure.
-        """
+        """Move ``pid`` (a child just forked) into this cgroup from the parent's side: a
+        migration costs ~3 ms (the kernel syncs RCU), and done here it overlaps the child's own
+        start-up. Raises ``OSError``; the caller kills the child on failure."""
         _write(str(self.path / "cgroup.procs"), str(pid))
 
     def kill(self) -> None:

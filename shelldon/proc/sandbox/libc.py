@@ -24,3 +24,11 @@ def _check(ret: int, what: str) -> int:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
     return ret
+
+
+def _pidfd(pid: int) -> int:
+    """A pidfd of ``pid``, or -1 where the kernel has none or the process is gone."""
+    try:
+        return os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return -1

@@ -28,7 +28,7 @@ import signal
 from typing import NoReturn
 
 from shelldon.proc.sandbox.dumpable import set_dumpable
-from shelldon.proc.sandbox.libc import _PR_SET_PDEATHSIG, _prctl
+from shelldon.proc.sandbox.libc import _PR_SET_PDEATHSIG, _pidfd, _prctl
 from shelldon.proc.sandbox.userns import _unshare, enter_user_namespace, probe_in_fork
 
 _CLONE_NEWPID = 0x20000000
@@ -40,10 +40,7 @@ def enter_pid_namespace(*, orphan_exit: int) -> None:
     it ``_exit``s with ``orphan_exit``. Raises ``OSError`` when the namespaces or the fork
     cannot be made (the caller is then still in the old PID namespace)."""
     _unshare_pid()
-    try:
-        watch = os.pidfd_open(os.getpid())
-    except OSError:
-        watch = -1
+    watch = _pidfd(os.getpid())
     try:
         pid = os.fork()
     except OSError:

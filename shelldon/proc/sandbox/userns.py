@@ -29,13 +29,8 @@ _MNT_DETACH = 2
 _NEW_ROOT = "/tmp"  # noqa: S108 - a mount point inside a private namespace, not a temp file
 
 _mount = _LIBC.mount
-_mount.argtypes = (
-    ctypes.c_char_p,
-    ctypes.c_char_p,
-    ctypes.c_char_p,
-    ctypes.c_ulong,
-    ctypes.c_void_p,
-)
+# mount(source, target, fstype, flags, data)
+_mount.argtypes = (ctypes.c_char_p,) * 3 + (ctypes.c_ulong, ctypes.c_void_p)
 _umount2 = _LIBC.umount2
 _umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
 _unshare = _LIBC.unshare
