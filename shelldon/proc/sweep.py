@@ -130,11 +130,6 @@ def own_children() -> set[int] | None:
     which a confined child can still read (the rest of ``/proc`` it cannot), numbered in its
     own PID namespace; None where the kernel does not list them or the numbers cannot be
     translated."""
-    kids = _children_in_proc()
-    return None if kids is None else _to_own_pids(kids)
-
-
-def _children_in_proc() -> set[int] | None:
     try:
         tids = os.listdir("/proc/self/task")
     except OSError:
@@ -153,7 +148,7 @@ def _children_in_proc() -> set[int] | None:
             return None
         finally:
             os.close(fd)
-    return kids
+    return _to_own_pids(kids)
 
 
 def snapshot() -> frozenset[int]:
@@ -162,11 +157,10 @@ def snapshot() -> frozenset[int]:
     kids = own_children()
     if kids is not None:
         return frozenset(kids)
-    me = _self_in_proc()
-    if me is None or me != os.getpid():
+    if _self_in_proc() != os.getpid():
         return frozenset()
     try:
-        return frozenset(e.pid for e in descendants(me, process_table()))
+        return frozenset(e.pid for e in descendants(os.getpid(), process_table()))
     except OSError:
         return frozenset()
 

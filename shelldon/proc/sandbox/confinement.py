@@ -54,16 +54,14 @@ class Confinement:
 _turn_numbers = itertools.count(1)
 
 
-def _prepare(
-    sandbox: SandboxSettings,
-    ro: tuple[str, ...],
-    rw: tuple[str, ...],
-    cgroup_name: str,
-    rulesets: Rulesets | None,
-) -> Confinement:
-    p = plan(sandbox)
+def prepare_worker(settings: Settings, rulesets: Rulesets | None = None) -> Confinement:
+    """A turn's worker: read-write on the workspace only, read-only the live self-coded tools,
+    its own cgroup (the caller owns it: ``close()`` at the end); its Landlock ruleset from
+    ``rulesets`` (None: the worker builds its own)."""
+    p = plan(settings.sandbox)
     if p.mode == "off":
         return Confinement(p)
+    ro, rw = worker_paths(settings.workspace, never_paths(settings), live_tools_read(settings))
     ruleset = None
     try:
         if p.seccomp:
@@ -73,17 +71,8 @@ def _prepare(
             ruleset = rulesets.get(ro, rw, network=False, abi=landlock_abi())
     except (SandboxError, OSError) as exc:
         log.warning("sandbox_not_prepared", error=str(exc))
-    cgroup = open_turn_cgroup(sandbox, cgroup_name)
-    return Confinement(p, ro, rw, ruleset, cgroup)
-
-
-def prepare_worker(settings: Settings, rulesets: Rulesets | None = None) -> Confinement:
-    """A turn's worker: read-write on the workspace only, read-only the live self-coded tools,
-    its own cgroup (the caller owns it: ``close()`` at the end); its Landlock ruleset from
-    ``rulesets`` (None: the worker builds its own)."""
-    ro, rw = worker_paths(settings.workspace, never_paths(settings), live_tools_read(settings))
     name = f"shelldon-turn-{os.getpid()}-{next(_turn_numbers)}"
-    return _prepare(settings.sandbox, ro, rw, name, rulesets)
+    return Confinement(p, ro, rw, ruleset, open_turn_cgroup(settings.sandbox, name))
 
 
 def prepare_call(settings: Settings) -> Confinement:
