@@ -57,7 +57,7 @@ class Tools(Aggregate):
     def promoted_hashes(self) -> dict[str, str]:
         """From the audit log: the code hash of each tool's latest promotion by the owner (what
         a toolbox kept in the workspace, before approvals were recorded, was approved as).
-        None once the database was restored from a backup: its promotions came in the backup,
+        Empty once the database was restored from a backup: its promotions came in the backup,
         which may come from anywhere, and no version since writes that old toolbox."""
         rows = self._db.execute(
             "SELECT subject, code_hash FROM audit WHERE action = 'promoted' "

@@ -149,16 +149,15 @@ def gate_preexec(
     private: Path,
     extra_read: Iterable[str],
     *,
-    then: Callable[[], None] | None = None,
-    cgroup: TurnCgroup | None = None,
+    then: Callable[[], None],
+    cgroup: TurnCgroup | None,
 ) -> Callable[[], None]:
     """A ``preexec_fn`` for the gate's pytest: joins ``cgroup``, runs ``then`` (RLIMITs), and
     confines like a FREE-only worker with read-write on the staging dir (and its private tmp)."""
     c = prepare_gate(sandbox, (staging, private), gate_never(staging), extra_read, cgroup)
 
     def preexec() -> None:
-        if then is not None:
-            then()
+        then()
         if c.plan.mode == "off":
             return
         isolate_pids(c, orphan_exit=1)
