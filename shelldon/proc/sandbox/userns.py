@@ -66,8 +66,8 @@ def enter_user_namespace(flags: int, what: str) -> None:
     mapping an unprivileged process may write). Raises ``OSError``."""
     uid, gid = os.geteuid(), os.getegid()
     _check(_unshare(_CLONE_NEWUSER | flags), what)
-    # A process that is not dumpable (forked from the service) cannot write its own maps:
-    # dumpable for these writes only, then back as it was.
+    # A process that is not dumpable (forked from the service) cannot write its own maps (they
+    # belong to root then): dumpable for these writes only, then back as it was.
     was_dumpable = dumpable()
     set_dumpable(True)
     try:
