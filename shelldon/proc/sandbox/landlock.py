@@ -109,12 +109,10 @@ def _landlock_ruleset(
         "landlock_create_ruleset",
     )
     try:
-        for paths, rights in (
-            (read_only, _READ_RIGHTS),
-            (read_write, _READ_RIGHTS | _WRITE_RIGHTS),
-        ):
-            for path in paths:
-                _landlock_allow(ruleset, path, rights & handled)
+        for path in read_only:
+            _landlock_allow(ruleset, path, _READ_RIGHTS & handled)
+        for path in read_write:
+            _landlock_allow(ruleset, path, (_READ_RIGHTS | _WRITE_RIGHTS) & handled)
     except BaseException:
         os.close(ruleset)
         raise
