@@ -1,24 +1,14 @@
 """One owner for every child process: start it, watch it, kill it, reap it, release it.
 
 The per-turn worker, the gate's pytest, a RISKY tool's program and python_eval's evaluator are
-each a ``Child``, and nothing else in the code base signals or reaps a process:
+each a ``Child``, and nothing else signals or reaps a process. Whether it exited is asked
+without reaping it (``waitid(WNOWAIT)``): until it is reaped its pid, hence its group id,
+cannot be reused, so ``kill`` (the cgroup, for stragglers that ``setsid``; the group; the pid)
+never reaches a stranger. The context manager kills, reaps and closes (pidfd, output pipe,
+cgroup) whichever way the owner's code leaves, ExitStack style.
 
-- started in a process group of its own (``fork``: ``setpgid``; ``spawn``: a new session),
-  in its turn's cgroup when one was made (the caller joins or adopts it);
-- watched through a pidfd where the kernel has one (``exit_fileno``), so its owner polls for
-  the exit with its other descriptors instead of waiting for it;
-- asked whether it exited *without* reaping it (``waitid(WNOWAIT)``): until it is reaped its
-  pid, hence its group id, cannot be reused, so ``kill`` never reaches a stranger;
-- ``kill``: SIGKILL to the cgroup (stragglers that ``setsid``), the group and the pid;
-- ``reap``: once it exited, what is left of its group is killed and the exit code collected
-  (negative: killed by that signal; ``EXIT_UNKNOWN`` if someone else reaped it);
-- its combined output, when captured, read without blocking into a capped ``Output``
-  (``shelldon.proc.output``);
-- released in one place: ``close`` (pidfd, output pipe, cgroup), or the context manager (kill,
-  reap, close) — ExitStack style, whichever way the owner's code leaves.
-
-For descendants that leave the group, see ``shelldon.proc.sweep``; for the calling process's
-own ties (``die_with_parent``, ``become_subreaper``), ``shelldon.proc.ties``.
+Descendants that leave the group: ``shelldon.proc.sweep``; the calling process's own ties
+(``die_with_parent``, ``become_subreaper``): ``shelldon.proc.ties``.
 """
 
 from __future__ import annotations
@@ -39,6 +29,7 @@ import structlog
 
 from shelldon.proc.output import Output
 from shelldon.proc.sandbox.cgroup import TurnCgroup
+from shelldon.proc.sandbox.libc import _pidfd
 
 log = structlog.get_logger(__name__)
 
@@ -164,8 +155,8 @@ class Child:
                 os.kill(target, sig)
 
     def reap(self, block: bool = False) -> int | None:
-        """Its exit code, or None while it runs and ``block`` is False. On the exit, whatever
-        is left of its process group is killed first (its group id is still ours then)."""
+        """Its exit code (negative: killed by that signal), or None while it runs and ``block``
+        is False. On the exit, what is left of its group is killed first (its id is still ours)."""
         if self.exit_code is not None:
             return self.exit_code
         try:
@@ -233,13 +224,6 @@ def _child_main(body: Callable[[], object], own_group: bool) -> NoReturn:
         code = 0
     finally:
         os._exit(code)
-
-
-def _pidfd(pid: int) -> int:
-    try:
-        return os.pidfd_open(pid)
-    except (OSError, AttributeError):
-        return -1
 
 
 def readable(fd: int, timeout: float) -> bool:

@@ -6,6 +6,7 @@ logged and skipped, never fatal — the cgroup and systemd's ``MemoryMax`` stay 
 
 from __future__ import annotations
 
+import functools
 import resource
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,40 +24,25 @@ class ProcessLimits:
     cpu_s: int
 
 
-@dataclass(frozen=True, slots=True)
-class Applied:
-    """Which limits took effect (``doctor`` and tests read it)."""
-
-    address_space: bool
-    cpu: bool
-
-
-def _set(which: int, name: str, soft: int) -> bool:
+def _set(which: int, name: str, soft: int) -> None:
     try:
         _cur_soft, hard = resource.getrlimit(which)
         if hard != resource.RLIM_INFINITY and soft > hard:
             log.warning("rlimit_over_hard_limit", limit=name, wanted=soft, hard=hard)
-            return False
+            return
         # The hard limit is lowered to the soft one so the child cannot raise it back.
         resource.setrlimit(which, (soft, soft if name == "RLIMIT_AS" else soft + 1))
     except (ValueError, OSError) as exc:
         log.warning("rlimit_not_applied", limit=name, wanted=soft, error=str(exc))
-        return False
-    return True
 
 
-def apply_limits(limits: ProcessLimits) -> Applied:
+def apply_limits(limits: ProcessLimits) -> None:
     """Apply the caps to the calling process (call it in a fork child)."""
-    as_ok = _set(resource.RLIMIT_AS, "RLIMIT_AS", limits.address_space_mb * 1024 * 1024)
+    _set(resource.RLIMIT_AS, "RLIMIT_AS", limits.address_space_mb * 1024 * 1024)
     # SIGXCPU at the soft limit, SIGKILL one second later at the hard one.
-    cpu_ok = _set(resource.RLIMIT_CPU, "RLIMIT_CPU", limits.cpu_s)
-    return Applied(address_space=as_ok, cpu=cpu_ok)
+    _set(resource.RLIMIT_CPU, "RLIMIT_CPU", limits.cpu_s)
 
 
 def preexec_with_limits(limits: ProcessLimits) -> Callable[[], None]:
     """A ``preexec_fn`` for subprocess that applies the caps in the child before exec."""
-
-    def preexec() -> None:
-        apply_limits(limits)
-
-    return preexec
+    return functools.partial(apply_limits, limits)

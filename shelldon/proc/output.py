@@ -71,14 +71,12 @@ class Output:
 
     def data(self) -> bytes:
         """What was kept: the head, then the last bytes of the tail."""
-        return (
-            bytes(self.head) + b"".join(self.tail)[-self.half :] if self.tail else bytes(self.head)
-        )
+        return bytes(self.head) + b"".join(self.tail)[-self.half :]
 
     def text(self) -> str:
         """What was kept as text, with a line where bytes were dropped."""
         head = self.head.decode("utf-8", "replace")
-        rest = b"".join(self.tail)[-self.half :].decode("utf-8", "replace") if self.tail else ""
+        rest = b"".join(self.tail)[-self.half :].decode("utf-8", "replace")
         if self.dropped:
             return f"{head}\n…[{self.dropped} bytes of output dropped]…\n{rest}"
         return head + rest

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import structlog
 
+from shelldon.proc.sandbox.libc import _pidfd
+
 log = structlog.get_logger(__name__)
 
 SWEEP_ROUNDS = 50
@@ -28,18 +30,26 @@ class ProcEntry:
     start: int
 
 
-def _read_entry(pid: int) -> ProcEntry | None:
-    """One process's line of the table, or None if it is gone."""
+def _read_proc(path: str, size: int) -> bytes | None:
+    """A ``/proc`` file's first ``size`` bytes, or None if it is gone or unreadable (os.read,
+    not open(): the table is read twice per run)."""
     try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        raw = os.read(fd, 4096)  # os.read, not open(): the table is read twice per run
+        return os.read(fd, size)
     except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def _read_entry(pid: int) -> ProcEntry | None:
+    """One process's line of the table, or None if it is gone."""
+    raw = _read_proc(f"/proc/{pid}/stat", 4096)
+    if raw is None:
+        return None
     # comm may hold spaces and parentheses: the fields start after the last ')'.
     fields = raw[raw.rfind(b")") + 2 :].split()
     if len(fields) < 20:
@@ -83,17 +93,8 @@ def _self_in_proc() -> int | None:
 
 def _nspids(proc_pid: int | str) -> list[int] | None:
     """A process's pid in each PID namespace it is in, outermost first (``NSpid``)."""
-    try:
-        fd = os.open(f"/proc/{proc_pid}/status", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        raw = os.read(fd, 1 << 14)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    for line in raw.split(b"\n"):
+    raw = _read_proc(f"/proc/{proc_pid}/status", 1 << 14)
+    for line in (raw or b"").split(b"\n"):
         if line.startswith(b"NSpid:"):
             return [int(word) for word in line.split()[1:]]
     return None
@@ -129,11 +130,6 @@ def own_children() -> set[int] | None:
     which a confined child can still read (the rest of ``/proc`` it cannot), numbered in its
     own PID namespace; None where the kernel does not list them or the numbers cannot be
     translated."""
-    kids = _children_in_proc()
-    return None if kids is None else _to_own_pids(kids)
-
-
-def _children_in_proc() -> set[int] | None:
     try:
         tids = os.listdir("/proc/self/task")
     except OSError:
@@ -152,7 +148,7 @@ def _children_in_proc() -> set[int] | None:
             return None
         finally:
             os.close(fd)
-    return kids
+    return _to_own_pids(kids)
 
 
 def snapshot() -> frozenset[int]:
@@ -161,11 +157,10 @@ def snapshot() -> frozenset[int]:
     kids = own_children()
     if kids is not None:
         return frozenset(kids)
-    me = _self_in_proc()
-    if me is None or me != os.getpid():
+    if _self_in_proc() != os.getpid():
         return frozenset()
     try:
-        return frozenset(e.pid for e in descendants(me, process_table()))
+        return frozenset(e.pid for e in descendants(os.getpid(), process_table()))
     except OSError:
         return frozenset()
 
@@ -228,9 +223,8 @@ def _sweep_by_table(before: frozenset[int]) -> int:
 def _kill_exactly(entry: ProcEntry) -> None:
     """SIGKILL the process ``entry`` describes and no other, even if its pid was reused since the
     table was read: a pidfd pins one process, and its start time must still match."""
-    try:
-        pidfd = os.pidfd_open(entry.pid)
-    except (ProcessLookupError, AttributeError, OSError):
+    pidfd = _pidfd(entry.pid)
+    if pidfd < 0:
         return
     try:
         current = _read_entry(entry.pid)

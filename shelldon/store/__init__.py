@@ -16,43 +16,26 @@ from shelldon.store.inbox import Inbox
 from shelldon.store.pairing import Pairing
 from shelldon.store.parked import Parked
 from shelldon.store.rows import (
-    TOOL_STATES,
     ApprovedTool,
-    AuditEntry,
-    Card,
     Distrusted,
-    Fact,
-    InboxItem,
     PairingCode,
     ParkedPromotion,
     Pending,
     RepairOffer,
     Scheduled,
-    StoredMessage,
-    Taken,
-    ToolHealth,
     UsageRow,
 )
 from shelldon.store.schedule import Schedule
 from shelldon.store.schema import _MIGRATIONS as _MIGRATIONS  # the backup tests replay them
-from shelldon.store.schema import (
-    SCHEMA_VERSION,
-    SchemaObject,
-    check_foreign_database,
-    expected_schema,
-    migrate,
-    schema_objects,
-)
+from shelldon.store.schema import SCHEMA_VERSION, check_foreign_database, migrate
 from shelldon.store.schema import _split_sql as _split_sql
 from shelldon.store.tools import Tools
 from shelldon.store.usage import Usage
 
 __all__ = [
-    "CARD_KEEP_S", "SCHEMA_VERSION", "TOOL_STATES", "ApprovedTool", "AuditEntry", "Card",
-    "Distrusted", "Fact", "InboxItem", "PairingCode", "ParkedPromotion", "Pending", "RepairOffer",
-    "Scheduled", "SchemaObject", "Store", "StoreError", "StoredMessage", "Taken", "ToolHealth",
-    "UsageRow", "check_foreign_database", "database_in_use", "expected_schema",
-    "schema_objects",
+    "CARD_KEEP_S", "SCHEMA_VERSION", "ApprovedTool", "Distrusted", "PairingCode",
+    "ParkedPromotion", "Pending", "RepairOffer", "Scheduled", "Store", "StoreError", "UsageRow",
+    "check_foreign_database", "database_in_use",
 ]  # fmt: skip
 
 

@@ -25,19 +25,12 @@ class Audit(Aggregate):
         turn_id: str = "",
     ) -> None:
         """Append one entry to the audit log (who decided what, what ran, what moved)."""
+        text = json.dumps(detail, sort_keys=True, default=str)
         with self._db.write(durable=True) as db:
             db.execute(
                 "INSERT INTO audit (ts, actor, action, subject, detail, code_hash, turn_id) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    now,
-                    actor,
-                    action,
-                    subject,
-                    json.dumps(detail, sort_keys=True, default=str),
-                    code_hash,
-                    turn_id,
-                ),
+                (now, actor, action, subject, text, code_hash, turn_id),
             )
 
     def log(self, limit: int = 100) -> list[AuditEntry]:

@@ -37,8 +37,7 @@ class Conversation(Aggregate):
 
     def facts(self, limit: int = 100) -> list[str]:
         """Remembered facts, oldest first."""
-        rows = self._db.execute("SELECT fact FROM facts ORDER BY id LIMIT ?", (limit,))
-        return [r[0] for r in rows.fetchall()]
+        return [f.fact for f in self.numbered_facts(limit)]
 
     def numbered_facts(self, limit: int = 100) -> list[Fact]:
         """Remembered facts with their numbers, oldest first."""

@@ -3,6 +3,7 @@ only, gone an hour after issue (so a flood of strangers leaves at most an hour's
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -46,16 +47,9 @@ class Pairing(Aggregate):
             db.execute("DELETE FROM pairing_codes WHERE issued_at < ?", (code.issued_at - KEEP_S,))
             db.execute(
                 "INSERT OR REPLACE INTO pairing_codes (user_id, chat_id, name, username, digest, "
-                "issued_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    code.user_id,
-                    code.chat_id,
-                    code.name,
-                    code.username,
-                    code.digest,
-                    code.issued_at,
-                    code.expires_at,
-                ),
+                "issued_at, expires_at) VALUES (:user_id, :chat_id, :name, :username, :digest, "
+                ":issued_at, :expires_at)",
+                dataclasses.asdict(code),
             )
 
     def withdraw(self, user_id: int, digest: str) -> None:

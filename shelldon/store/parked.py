@@ -3,6 +3,7 @@ failed gates (repair offers), each consumed exactly once, all committed durably.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Collection
 
@@ -35,13 +36,6 @@ class Parked(Aggregate):
             return Taken("unknown", turn_id)
         status = "ok" if now < row[3] else "expired"
         return Taken(status, turn_id, row[0], bytes(row[1]), row[2])
-
-    def has_approval(self, turn_id: str) -> bool:
-        """Whether an approval is parked under ``turn_id`` (without consuming it)."""
-        row = self._db.execute(
-            "SELECT 1 FROM pending_approvals WHERE turn_id = ?", (turn_id,)
-        ).fetchone()
-        return row is not None
 
     def parked_approval(self, turn_id: str) -> bytes:
         """The blob parked under ``turn_id`` without consuming it (b"" if none)."""
@@ -102,13 +96,6 @@ class Parked(Aggregate):
         name, digest, code, test = str(row[1]), str(row[2]), bytes(row[5]), bytes(row[6])
         return ParkedPromotion(status, turn_id, row[0], name, digest, row[3], code, test, row[7])
 
-    def has_promotion(self, turn_id: str) -> bool:
-        """Whether a promotion is parked under ``turn_id`` (without consuming it)."""
-        row = self._db.execute(
-            "SELECT 1 FROM pending_promotions WHERE turn_id = ?", (turn_id,)
-        ).fetchone()
-        return row is not None
-
     def promotion_names(self) -> set[str]:
         """Names of the tools whose promotion is parked."""
         return {r[0] for r in self._db.execute("SELECT name FROM pending_promotions")}
@@ -149,24 +136,15 @@ class Parked(Aggregate):
 
     def park_repair(self, offer: RepairOffer, summary: str, now: float, ttl_s: float) -> None:
         """Park a failed gate's repair offer until the owner taps "Try to fix" or "Drop"."""
+        row = dataclasses.asdict(offer)
+        row.update(summary=summary, created_at=now, expires_at=now + ttl_s)
         with self._db.write(durable=True) as db:
             db.execute(
                 "INSERT INTO repair_offers (offer_id, chat_id, name, round, code, test, "
-                "replaces, report, summary, created_at, expires_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    offer.offer_id,
-                    offer.chat_id,
-                    offer.name,
-                    offer.round,
-                    offer.code,
-                    offer.test,
-                    offer.replaces,
-                    offer.report,
-                    summary,
-                    now,
-                    now + ttl_s,
-                ),
+                "replaces, report, summary, created_at, expires_at) VALUES (:offer_id, "
+                ":chat_id, :name, :round, :code, :test, :replaces, :report, :summary, "
+                ":created_at, :expires_at)",
+                row,
             )
 
     def take_repair(self, offer_id: str, now: float, turn_id: str = "") -> RepairOffer | None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from shelldon.store.db import Aggregate
 from shelldon.store.rows import TOOL_STATES, ApprovedTool, ToolHealth
 
+_APPROVALS = "SELECT name, code_hash, state, approved_at FROM approved_tools"
+
 
 class Tools(Aggregate):
     """Approved tools and their strikes."""
@@ -31,7 +33,7 @@ class Tools(Aggregate):
                 "RETURNING name, code_hash, state, approved_at",
                 (name,),
             ).fetchone()
-        return ApprovedTool(row[0], row[1], row[2], row[3]) if row else None
+        return ApprovedTool(*row) if row else None
 
     def set_state(self, name: str, state: str) -> bool:
         """Mark approved tool ``name`` live or quarantined (its approved hash is untouched);
@@ -44,23 +46,18 @@ class Tools(Aggregate):
 
     def approved(self) -> list[ApprovedTool]:
         """Every approved self-coded tool, by name."""
-        rows = self._db.execute(
-            "SELECT name, code_hash, state, approved_at FROM approved_tools ORDER BY name"
-        ).fetchall()
-        return [ApprovedTool(r[0], r[1], r[2], r[3]) for r in rows]
+        rows = self._db.execute(_APPROVALS + " ORDER BY name").fetchall()
+        return [ApprovedTool(*r) for r in rows]
 
     def approval(self, name: str) -> ApprovedTool | None:
         """The approval of tool ``name``, or None."""
-        row = self._db.execute(
-            "SELECT name, code_hash, state, approved_at FROM approved_tools WHERE name = ?",
-            (name,),
-        ).fetchone()
-        return ApprovedTool(row[0], row[1], row[2], row[3]) if row else None
+        row = self._db.execute(_APPROVALS + " WHERE name = ?", (name,)).fetchone()
+        return ApprovedTool(*row) if row else None
 
     def promoted_hashes(self) -> dict[str, str]:
         """From the audit log: the code hash of each tool's latest promotion by the owner (what
         a toolbox kept in the workspace, before approvals were recorded, was approved as).
-        None once the database was restored from a backup: its promotions came in the backup,
+        Empty once the database was restored from a backup: its promotions came in the backup,
         which may come from anywhere, and no version since writes that old toolbox."""
         rows = self._db.execute(
             "SELECT subject, code_hash FROM audit WHERE action = 'promoted' "

@@ -97,7 +97,7 @@ def test_actor_crashed_mid_turn_is_restarted_and_the_turn_ends_once(
     tg.do(tg.fake.queue_message, OWNER, "after the crash")
     wait_until(lambda: "Still here." in texts(tg), 15, "the next turn's answer")
 
-    assert service.store.parked.has_approval(parked.turn_id)
+    assert service.store.parked.parked_approval(parked.turn_id)
     tg.do(tg.fake.tap, OWNER, ask, 0)
     note = service.settings.workspace / "n.txt"
     wait_until(note.exists, 15, "the parked call to run after the tap")

@@ -230,7 +230,7 @@ def test_forged_callback_data_decides_nothing(run: ShelldonRun, tg: ThreadedFake
     time.sleep(0.5)
     assert_nothing_ran(run)
     with Store(run.home / "shelldon.db") as store:
-        assert store.parked.has_approval(turn_id)
+        assert store.parked.parked_approval(turn_id)
     # The real button still works, once.
     tg.do(tg.fake.queue_callback, OWNER, real, ask.message_id, OWNER)
     wait_until(lambda: "Noted." in texts(tg), 15, "the real tap to run the call")
@@ -275,7 +275,7 @@ def test_random_bytes_parked_as_approvals_are_refused_on_tap(
                 10,
                 f"the outcome of the tap on {turn_id}",
             )
-            assert not store.parked.has_approval(turn_id)
+            assert not store.parked.parked_approval(turn_id)
         wait_until(
             lambda: [e.action for e in store.audit.log()].count("corrupt") == len(blobs),
             10,
@@ -320,7 +320,11 @@ def test_hostile_parked_promotions_promote_nothing(
                 pong.message_id,
                 OWNER,
             )
-            wait_until(lambda: not store.parked.has_promotion(turn_id), 10, f"{turn_id} decided")  # noqa: B023
+            wait_until(
+                lambda: store.parked.parked_promotion(turn_id) is None,  # noqa: B023
+                10,
+                f"{turn_id} decided",
+            )
             wait_until(lambda: len(tg.fake.calls) > calls + 1, 10, "the outcome")  # noqa: B023
     assert not list((run.home / "toolbox" / "live").glob("*.py"))
     assert not (run.home / "outside.py").exists()

@@ -1,6 +1,4 @@
-"""Kernel confinement for the worker and the gate: seccomp, a filesystem layer, a cgroup per turn.
-
-Three layers, each detected at start and used where the kernel offers it:
+"""Kernel confinement for the worker and the gate, each layer used where the kernel offers it:
 
 - **seccomp-bpf** (libseccomp through ctypes): dangerous syscalls (ptrace, bpf, keyctl, mount,
   unshare, kernel modules, reboot, ...) fail with EPERM; for FREE-only turns and the gate also
@@ -8,20 +6,14 @@ Three layers, each detected at start and used where the kernel offers it:
 - **filesystem**, the strongest available: Landlock (read-only on what Python needs, read-write
   on the workspace or the gate's staging dir, nothing else), else an unprivileged user + mount
   namespace that shows only those paths, else nothing (the path jail alone; warned once).
+- **a PID namespace** per worker and gate run (``pidns``).
 - **a cgroup per turn** under a delegated cgroup: ``memory.max``/``pids.max`` where the
   controllers exist and ``cgroup.kill`` at the end, which also ends ``setsid`` stragglers.
 
-One module per part: ``policy`` (what is denied and allowed), ``libc``, ``seccomp``,
-``landlock``, ``userns``, ``pidns`` (a PID namespace per worker and gate run), ``cgroup``,
-``dumpable`` (the service and the zygote are not),
-``plan`` (what this kernel and config give), ``paths`` (what a child may see), ``confinement``
-(the value a parent prepares for one child: ``prepare_worker``, ``prepare_gate``), ``apply``
-(in the child). This package's names are
-the interface; the parts import each other, never the package.
-
 ``[sandbox] mode``: ``required`` refuses to start without seccomp and a filesystem layer
-(``check_required``), ``best-effort`` uses what there is, ``off`` applies nothing. The filter
-programs and path lists are prepared in the parent; the child only makes syscalls.
+(``check_required``), ``best-effort`` uses what there is, ``off`` applies nothing. Everything
+is prepared in the parent (``confinement``); the child only makes syscalls (``apply``). This
+package's names are the interface; its modules import each other, never the package.
 """
 
 from __future__ import annotations
@@ -43,33 +35,16 @@ from shelldon.proc.sandbox.cgroup import (
 from shelldon.proc.sandbox.confinement import (
     Confinement,
     prepare_call,
-    prepare_gate,
     prepare_worker,
     with_private_dir,
 )
 from shelldon.proc.sandbox.dumpable import drop_capabilities, dumpable, forbid_dumps
 from shelldon.proc.sandbox.landlock import Rulesets, landlock_abi
-from shelldon.proc.sandbox.memory import (
-    CMDLINE_FIX,
-    kernel_memory_controller,
-    with_memory_fallback,
-)
+from shelldon.proc.sandbox.memory import CMDLINE_FIX, kernel_memory_controller, with_memory_fallback
 from shelldon.proc.sandbox.paths import allowed_paths
 from shelldon.proc.sandbox.pidns import pidns_available
-from shelldon.proc.sandbox.plan import (
-    Plan,
-    check_required,
-    describe,
-    plan,
-    required_layer,
-    seccomp_available,
-)
-from shelldon.proc.sandbox.policy import (
-    DENIED_SOCKET_FAMILIES,
-    DENIED_SYSCALLS,
-    FS_LAYERS,
-    SandboxError,
-)
+from shelldon.proc.sandbox.plan import check_required, describe, plan, required_layer
+from shelldon.proc.sandbox.policy import SandboxError
 from shelldon.proc.sandbox.seccomp import build_filter, load_filter
 from shelldon.proc.sandbox.userns import userns_available
 
@@ -95,18 +70,12 @@ __all__ = [
     "allowed_paths",
     "Confinement",
     "prepare_call",
-    "prepare_gate",
     "with_private_dir",
     "prepare_worker",
-    "Plan",
     "check_required",
     "describe",
     "plan",
     "required_layer",
-    "seccomp_available",
-    "DENIED_SOCKET_FAMILIES",
-    "DENIED_SYSCALLS",
-    "FS_LAYERS",
     "SandboxError",
     "build_filter",
     "load_filter",

@@ -13,7 +13,12 @@ import structlog
 from shelldon.config import SandboxSettings
 from shelldon.proc.sandbox.cgroup import TurnCgroup
 from shelldon.proc.sandbox.confinement import Confinement, prepare_gate
-from shelldon.proc.sandbox.landlock import _apply_prebuilt, _landlock_restrict, landlock_abi
+from shelldon.proc.sandbox.landlock import (
+    _apply_prebuilt,
+    _landlock_apply,
+    _landlock_ruleset,
+    landlock_abi,
+)
 from shelldon.proc.sandbox.paths import gate_never
 from shelldon.proc.sandbox.pidns import enter_pid_namespace
 from shelldon.proc.sandbox.plan import Plan
@@ -42,10 +47,9 @@ def _apply_fs(c: Confinement, *, network: bool = False) -> None:
     try:
         if p.fs == "landlock":
             abi = landlock_abi()
-            if c.proc_self:
-                ro = (*ro, "/proc/self")  # resolved now: this process's own, no other's
-            if network or not _apply_prebuilt(c.ruleset_fd, abi, proc_self=c.proc_self):
-                _landlock_restrict(ro, rw, network=network, abi=abi)
+            ro = (*ro, "/proc/self")  # resolved now: this process's own, no other's
+            if network or not _apply_prebuilt(c.ruleset_fd, abi):
+                _landlock_apply(_landlock_ruleset(ro, rw, network=network, abi=abi))
         elif p.fs == "userns":
             _userns_restrict(ro, rw, network=network)
         else:
@@ -145,16 +149,15 @@ def gate_preexec(
     private: Path,
     extra_read: Iterable[str],
     *,
-    then: Callable[[], None] | None = None,
-    cgroup: TurnCgroup | None = None,
+    then: Callable[[], None],
+    cgroup: TurnCgroup | None,
 ) -> Callable[[], None]:
     """A ``preexec_fn`` for the gate's pytest: joins ``cgroup``, runs ``then`` (RLIMITs), and
     confines like a FREE-only worker with read-write on the staging dir (and its private tmp)."""
     c = prepare_gate(sandbox, (staging, private), gate_never(staging), extra_read, cgroup)
 
     def preexec() -> None:
-        if then is not None:
-            then()
+        then()
         if c.plan.mode == "off":
             return
         isolate_pids(c, orphan_exit=1)

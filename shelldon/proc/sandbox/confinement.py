@@ -1,10 +1,8 @@
 """How one child will be confined: a value prepared in the parent, applied in the child.
 
-``prepare_worker`` (a turn's worker) and ``prepare_gate`` (a gate's pytest) decide everything
-before the fork — the plan, the read-only and read-write path lists, the seccomp programs built,
-the Landlock ruleset prebuilt, the turn's cgroup made — and return it as a ``Confinement``. The
-child receives that value (it is captured by the code it runs after the fork) and only makes
-syscalls: nothing is handed across the fork in module state.
+``prepare_worker`` and ``prepare_gate`` decide everything before the fork (the plan, the path
+lists, the seccomp programs, the prebuilt Landlock ruleset, the turn's cgroup); the child
+captures the value and only makes syscalls: nothing is handed across the fork in module state.
 """
 
 from __future__ import annotations
@@ -37,17 +35,16 @@ log = structlog.get_logger(__name__)
 class Confinement:
     """What a child gets: the ``plan`` (mode, seccomp, filesystem layer), the paths it may read
     and write, a Landlock ruleset the parent prebuilt for exactly those paths (a descriptor the
-    child keeps open until it applies it; None: the child builds its own), its cgroup, and
-    whether it may read its own ``/proc/self`` under Landlock. That rule names the process's
-    own ``/proc/<pid>``, for the children it forks too (they share its domain): what keeps
-    them out of it is that a worker is not dumpable and their capabilities are dropped."""
+    child keeps open until it applies it; None: the child builds its own) and its cgroup. Under
+    Landlock it may also read its own ``/proc/self``: that rule names its ``/proc/<pid>``, for
+    the children it forks too (they share its domain); what keeps them out of it is that a
+    worker is not dumpable and their capabilities are dropped."""
 
     plan: Plan
     read_only: tuple[str, ...] = ()
     read_write: tuple[str, ...] = ()
     ruleset_fd: int | None = None
     cgroup: TurnCgroup | None = None
-    proc_self: bool = True
 
     def keep_fds(self) -> tuple[int, ...]:
         """Descriptors the child must not close before it is confined."""
@@ -57,16 +54,14 @@ class Confinement:
 _turn_numbers = itertools.count(1)
 
 
-def _prepare(
-    sandbox: SandboxSettings,
-    ro: tuple[str, ...],
-    rw: tuple[str, ...],
-    cgroup_name: str,
-    rulesets: Rulesets | None,
-) -> Confinement:
-    p = plan(sandbox)
+def prepare_worker(settings: Settings, rulesets: Rulesets | None = None) -> Confinement:
+    """A turn's worker: read-write on the workspace only, read-only the live self-coded tools,
+    its own cgroup (the caller owns it: ``close()`` at the end); its Landlock ruleset from
+    ``rulesets`` (None: the worker builds its own)."""
+    p = plan(settings.sandbox)
     if p.mode == "off":
         return Confinement(p)
+    ro, rw = worker_paths(settings.workspace, never_paths(settings), live_tools_read(settings))
     ruleset = None
     try:
         if p.seccomp:
@@ -76,17 +71,8 @@ def _prepare(
             ruleset = rulesets.get(ro, rw, network=False, abi=landlock_abi())
     except (SandboxError, OSError) as exc:
         log.warning("sandbox_not_prepared", error=str(exc))
-    cgroup = open_turn_cgroup(sandbox, cgroup_name)
-    return Confinement(p, ro, rw, ruleset, cgroup)
-
-
-def prepare_worker(settings: Settings, rulesets: Rulesets | None = None) -> Confinement:
-    """A turn's worker: read-write on the workspace only, read-only the live self-coded tools,
-    its own cgroup (the caller owns it: ``close()`` at the end); its Landlock ruleset from
-    ``rulesets`` (None: the worker builds its own)."""
-    ro, rw = worker_paths(settings.workspace, never_paths(settings), live_tools_read(settings))
     name = f"shelldon-turn-{os.getpid()}-{next(_turn_numbers)}"
-    return _prepare(settings.sandbox, ro, rw, name, rulesets)
+    return Confinement(p, ro, rw, ruleset, open_turn_cgroup(settings.sandbox, name))
 
 
 def prepare_call(settings: Settings) -> Confinement:

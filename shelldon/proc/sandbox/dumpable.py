@@ -5,11 +5,8 @@ A process that is not dumpable cannot be ptraced, and its ``/proc/<pid>/mem``, `
 ``CAP_SYS_PTRACE``: an owner-approved shell command, or code that got out of a worker, cannot
 read the bot token and the API key out of the service's memory, nor drive the zygote. Set once
 in the main process before the zygote is forked (fork keeps it; exec of a normal binary resets
-it, so a gate's pytest is dumpable again, and holds no secret).
-
-A process that is not dumpable also cannot write its own ``/proc/self/uid_map`` (those files
-then belong to root): the user-namespace layer turns it back on for those two writes
-(``userns.py``), and off again.
+it, so a gate's pytest is dumpable again, and holds no secret). The user-namespace layer turns
+it back on for its uid and gid map writes (``userns.py``).
 """
 
 from __future__ import annotations

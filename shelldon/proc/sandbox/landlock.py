@@ -109,12 +109,10 @@ def _landlock_ruleset(
         "landlock_create_ruleset",
     )
     try:
-        for paths, rights in (
-            (read_only, _READ_RIGHTS),
-            (read_write, _READ_RIGHTS | _WRITE_RIGHTS),
-        ):
-            for path in paths:
-                _landlock_allow(ruleset, path, rights & handled)
+        for path in read_only:
+            _landlock_allow(ruleset, path, _READ_RIGHTS & handled)
+        for path in read_write:
+            _landlock_allow(ruleset, path, (_READ_RIGHTS | _WRITE_RIGHTS) & handled)
     except BaseException:
         os.close(ruleset)
         raise
@@ -135,21 +133,14 @@ def _landlock_apply(ruleset: int) -> None:
         os.close(ruleset)
 
 
-def _landlock_restrict(
-    read_only: Iterable[str], read_write: Iterable[str], *, network: bool, abi: int
-) -> None:
-    _landlock_apply(_landlock_ruleset(read_only, read_write, network=network, abi=abi))
-
-
-def _apply_prebuilt(ruleset: int | None, abi: int, *, proc_self: bool = False) -> bool:
-    """Apply a ruleset the parent built (with ``proc_self``, plus this process's own
-    ``/proc/self``); False (build afresh) if there is none or it is unusable."""
+def _apply_prebuilt(ruleset: int | None, abi: int) -> bool:
+    """Apply a ruleset the parent built, plus this process's own ``/proc/self``; False (build
+    afresh) if there is none or it is unusable."""
     if ruleset is None:
         return False
     try:
-        if proc_self:
-            # /proc/self resolves when opened: added here, it is this process's own.
-            _landlock_allow(ruleset, "/proc/self", _READ_RIGHTS & _handled_fs(abi))
+        # /proc/self resolves when opened: added here, it is this process's own.
+        _landlock_allow(ruleset, "/proc/self", _READ_RIGHTS & _handled_fs(abi))
     except OSError as exc:
         log.warning("landlock_prebuilt_unusable", error=str(exc))
         with contextlib.suppress(OSError):

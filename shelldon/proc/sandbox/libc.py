@@ -13,10 +13,10 @@ _prctl = _LIBC.prctl
 _prctl.restype = ctypes.c_int
 _prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
 
+_PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP = 22
 _SECCOMP_MODE_FILTER = 2
-_PR_GET_SECCOMP = 21
 
 
 def _check(ret: int, what: str) -> int:
@@ -24,3 +24,11 @@ def _check(ret: int, what: str) -> int:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
     return ret
+
+
+def _pidfd(pid: int) -> int:
+    """A pidfd of ``pid``, or -1 where the kernel has none or the process is gone."""
+    try:
+        return os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return -1

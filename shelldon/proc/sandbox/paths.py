@@ -29,7 +29,7 @@ def _python_paths() -> list[str]:
             continue
         name = getattr(module, "__name__", "")
         top = sys.modules.get(name.split(".", 1)[0])
-        top_file = getattr(top, "__file__", None) if top is not None else None
+        top_file = getattr(top, "__file__", None)
         if isinstance(top_file, str) and os.path.basename(top_file) == "__init__.py":
             paths.add(os.path.dirname(os.path.abspath(top_file)))
         else:

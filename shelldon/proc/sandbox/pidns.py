@@ -10,10 +10,9 @@ outside. When the namespace's first process ends, the kernel SIGKILLs every proc
 
 An unprivileged process gets one together with a user namespace that maps only its own ids
 (root needs none): ``unshare(CLONE_NEWUSER | CLONE_NEWPID)`` puts its *next* child in the new
-namespace, as pid 1.
-So ``enter_pid_namespace`` forks once. The child goes on as the confined process; the caller
-stays outside as a stub that holds nothing (every descriptor closed, every signal blocked),
-waits for it and leaves the way it left (the same exit code, or the same signal), so whoever
+namespace, as pid 1. So ``enter_pid_namespace`` forks once: the child goes on confined; the
+caller stays outside as a stub that holds nothing (every descriptor closed, every signal
+blocked), waits for it and leaves the way it left (the same exit code or signal), so whoever
 owns the caller's pid sees the exit it always saw. Killing the stub kills the namespace: its
 pid 1 has ``PR_SET_PDEATHSIG``.
 """
@@ -29,11 +28,10 @@ import signal
 from typing import NoReturn
 
 from shelldon.proc.sandbox.dumpable import set_dumpable
-from shelldon.proc.sandbox.libc import _prctl
+from shelldon.proc.sandbox.libc import _PR_SET_PDEATHSIG, _pidfd, _prctl
 from shelldon.proc.sandbox.userns import _unshare, enter_user_namespace, probe_in_fork
 
 _CLONE_NEWPID = 0x20000000
-_PR_SET_PDEATHSIG = 1
 
 
 def enter_pid_namespace(*, orphan_exit: int) -> None:
@@ -42,10 +40,7 @@ def enter_pid_namespace(*, orphan_exit: int) -> None:
     it ``_exit``s with ``orphan_exit``. Raises ``OSError`` when the namespaces or the fork
     cannot be made (the caller is then still in the old PID namespace)."""
     _unshare_pid()
-    try:
-        watch = os.pidfd_open(os.getpid())
-    except OSError:
-        watch = -1
+    watch = _pidfd(os.getpid())
     try:
         pid = os.fork()
     except OSError:

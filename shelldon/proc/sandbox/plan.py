@@ -15,7 +15,7 @@ from shelldon.proc.sandbox.landlock import landlock_abi
 from shelldon.proc.sandbox.memory import memory_cap_line
 from shelldon.proc.sandbox.pidns import pidns_available
 from shelldon.proc.sandbox.policy import FS_LAYERS, SandboxError
-from shelldon.proc.sandbox.seccomp import _libseccomp, _seccomp_kernel
+from shelldon.proc.sandbox.seccomp import seccomp_available
 from shelldon.proc.sandbox.userns import userns_available
 
 log = structlog.get_logger(__name__)
@@ -30,11 +30,6 @@ class Plan:
     seccomp: bool
     fs: str
     pidns: bool = False
-
-
-def seccomp_available() -> bool:
-    """libseccomp loads and the kernel has seccomp filters."""
-    return _libseccomp() is not None and _seccomp_kernel()
 
 
 @functools.cache
@@ -93,7 +88,12 @@ def describe(settings: Settings) -> list[tuple[str, bool, str]]:
     p = plan(sandbox)
     on = p.mode != "off"
     abi = landlock_abi()
-    lines = [
+    parent = cgroup_parent(sandbox) if on else None
+    capped, memory = memory_cap_line(settings)
+    detail = _cgroup_detail(parent, p)
+    if parent is not None and not capped:
+        detail += " (pids and cgroup.kill only: no memory controller)"
+    return [
         ("mode", on, f"{p.mode}" + (" (nothing is applied)" if not on else "")),
         (
             "seccomp",
@@ -121,8 +121,6 @@ def describe(settings: Settings) -> list[tuple[str, bool, str]]:
             on and p.fs != "none",
             p.fs if p.fs != "none" else "none: only the path jail guards files",
         ),
-    ]
-    lines.append(
         (
             "pid namespace",
             on and p.pidns,
@@ -136,16 +134,10 @@ def describe(settings: Settings) -> list[tuple[str, bool, str]]:
             )
             + ": a tool may signal the service's processes"
             + (" (Landlock scopes signals)" if p.fs == "landlock" and abi >= 6 else ""),
-        )
-    )
-    parent = cgroup_parent(sandbox) if on else None
-    capped, memory = memory_cap_line(settings)
-    detail = _cgroup_detail(parent, p)
-    if parent is not None and not capped:
-        detail += " (pids and cgroup.kill only: no memory controller)"
-    lines.append(("cgroup per turn", parent is not None, detail))
-    lines.append(("memory cap", capped, memory))
-    return lines
+        ),
+        ("cgroup per turn", parent is not None, detail),
+        ("memory cap", capped, memory),
+    ]
 
 
 def _cgroup_detail(parent: object, p: Plan) -> str:

@@ -4,6 +4,8 @@ the error type.
 
 from __future__ import annotations
 
+import socket
+
 FS_LAYERS = ("landlock", "userns", "none")
 
 DENIED_SYSCALLS = (
@@ -38,8 +40,7 @@ DENIED_SYSCALLS = (
 
 _NAMESPACE_SYSCALLS = frozenset({"mount", "umount2", "pivot_root", "unshare", "setns"})
 
-AF_INET, AF_INET6, AF_NETLINK, AF_PACKET = 2, 10, 16, 17
-DENIED_SOCKET_FAMILIES = (AF_INET, AF_INET6, AF_PACKET, AF_NETLINK)
+DENIED_SOCKET_FAMILIES = (socket.AF_INET, socket.AF_INET6, socket.AF_PACKET, socket.AF_NETLINK)
 
 _CLONE_NS_FLAGS = (
     0x10000000,

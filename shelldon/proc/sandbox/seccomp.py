@@ -73,7 +73,10 @@ def _libseccomp() -> ctypes.CDLL | None:
 
 
 @functools.cache
-def _seccomp_kernel() -> bool:
+def seccomp_available() -> bool:
+    """libseccomp loads and the kernel has seccomp filters."""
+    if _libseccomp() is None:
+        return False
     try:
         with open("/proc/self/status", encoding="ascii") as fh:
             return any(line.startswith("Seccomp:") for line in fh)
@@ -118,21 +121,14 @@ def build_filter(*, network: bool, namespaces: bool = True) -> bytes:
         if not network:
             for family in DENIED_SOCKET_FAMILIES:
                 rule(eperm, "socket", _ArgCmp(0, _SCMP_CMP_EQ, family, 0))
-        read_end, write_end = os.pipe()
+        program = os.memfd_create("seccomp-bpf", os.MFD_CLOEXEC)
         try:
-            rc = lib.seccomp_export_bpf(ctx, write_end)
-            os.close(write_end)
-            write_end = -1
+            rc = lib.seccomp_export_bpf(ctx, program)
             if rc < 0:
                 raise SandboxError(f"seccomp_export_bpf failed: {os.strerror(-rc)}")
-            chunks = []
-            while chunk := os.read(read_end, 65536):
-                chunks.append(chunk)
+            return os.pread(program, os.fstat(program).st_size, 0)
         finally:
-            os.close(read_end)
-            if write_end >= 0:
-                os.close(write_end)
-        return b"".join(chunks)
+            os.close(program)
     finally:
         lib.seccomp_release(ctx)
 

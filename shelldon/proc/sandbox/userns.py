@@ -29,13 +29,8 @@ _MNT_DETACH = 2
 _NEW_ROOT = "/tmp"  # noqa: S108 - a mount point inside a private namespace, not a temp file
 
 _mount = _LIBC.mount
-_mount.argtypes = (
-    ctypes.c_char_p,
-    ctypes.c_char_p,
-    ctypes.c_char_p,
-    ctypes.c_ulong,
-    ctypes.c_void_p,
-)
+# mount(source, target, fstype, flags, data)
+_mount.argtypes = (ctypes.c_char_p,) * 3 + (ctypes.c_ulong, ctypes.c_void_p)
 _umount2 = _LIBC.umount2
 _umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
 _unshare = _LIBC.unshare
@@ -71,19 +66,17 @@ def enter_user_namespace(flags: int, what: str) -> None:
     mapping an unprivileged process may write). Raises ``OSError``."""
     uid, gid = os.geteuid(), os.getegid()
     _check(_unshare(_CLONE_NEWUSER | flags), what)
-    # A process that is not dumpable (forked from the service) cannot write its own maps:
-    # dumpable for these writes only, then back as it was.
+    # A process that is not dumpable (forked from the service) cannot write its own maps (they
+    # belong to root then): dumpable for these writes only, then back as it was.
     was_dumpable = dumpable()
-    if not was_dumpable:
-        set_dumpable(True)
+    set_dumpable(True)
     try:
         with contextlib.suppress(OSError):
             _write("/proc/self/setgroups", "deny")
         _write("/proc/self/uid_map", f"{uid} {uid} 1")
         _write("/proc/self/gid_map", f"{gid} {gid} 1")
     finally:
-        if not was_dumpable:
-            set_dumpable(False)
+        set_dumpable(was_dumpable)
 
 
 def _write(path: str, text: str) -> None:

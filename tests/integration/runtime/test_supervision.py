@@ -128,7 +128,7 @@ def test_a_crashed_arbiter_loses_nothing_parked(service: Service) -> None:
     service.expect("[y/N]")
     (parked,) = service.store.parked.pending()
     crash_and_wait(service, "arbiter")
-    assert service.store.parked.has_approval(parked.turn_id)
+    assert service.store.parked.parked_approval(parked.turn_id)
     service.inject(Decision(0, 0, parked.turn_id, True))
     service.expect("Approved")
     service.expect("Saved.")

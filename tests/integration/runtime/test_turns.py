@@ -114,7 +114,7 @@ def test_decision_from_a_stranger_is_dropped(service: Service) -> None:
     (parked,) = service.store.parked.pending()
     service.inject(Decision(0, 666, parked.turn_id, True))
     assert "Approved" not in service.quiet_for(1.0)
-    assert service.store.parked.has_approval(parked.turn_id)
+    assert service.store.parked.parked_approval(parked.turn_id)
 
 
 def test_a_message_from_a_stranger_in_the_inbox_starts_no_turn(service: Service) -> None:

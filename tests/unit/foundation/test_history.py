@@ -68,11 +68,11 @@ def test_garbage_file_is_a_store_error(tmp_path: Path) -> None:
 
 def test_approval_is_consumed_exactly_once(store: Store) -> None:
     store.parked.park_approval("t1", 5, b"blob", "run_shell: ls", now=100, ttl_s=60)
-    assert store.parked.has_approval("t1")
+    assert store.parked.parked_approval("t1")
     first = store.parked.take_approval("t1", now=120)
     assert (first.status, first.blob, first.chat_id) == ("ok", b"blob", 5)
     assert store.parked.take_approval("t1", now=121).status == "unknown"
-    assert not store.parked.has_approval("t1")
+    assert not store.parked.parked_approval("t1")
 
 
 def test_expired_approval_is_reported_expired_and_consumed(store: Store) -> None:
