@@ -14,6 +14,7 @@ import dataclasses
 import os
 import secrets
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -98,8 +99,11 @@ def test_nothing_a_self_coded_tool_starts_outlives_its_turn(
     seen: list[int] = []
 
     def while_the_turn_runs(job: Job) -> None:
-        if outputs(job):
+        # The double fork's grandchild may not have exec'd ``sleep`` yet when the tool returns.
+        deadline = time.monotonic() + 3.0
+        while outputs(job) and not seen and time.monotonic() < deadline:
             seen.extend(running("sleep", seconds))
+            time.sleep(0.02)
 
     handle = spawn_turn(TurnRequest("t-left", 7, "leave"), settings)
     try:
