@@ -105,15 +105,14 @@ def _serve(
     # (and copy) every page the zygote still shares with this process.
     gc.collect()
     gc.freeze()
-    running = start_actor_system()
-    driver = Driver(running.system)
+    system = start_actor_system()
+    driver = Driver(system)
     # A stop signal must end the driver's sleep at once, not at its next wake-up.
     wakeup_fd = signal.set_wakeup_fd(driver.wake_fd())
     supervisor = None
     status = 1
     try:
-        asys = running.system
-        supervisor = asys.createActor(SupervisorActor)
+        supervisor = system.createActor(SupervisorActor)
         fds = (console.in_fd, console.out_fd, console.done_w) if console else ()
         boot = Boot(settings, transport, fds, story, auto_yes, zygote)
         reply = ask(driver, supervisor, boot)
@@ -130,7 +129,7 @@ def _serve(
         driver.shutdown(supervisor)
         signal.set_wakeup_fd(wakeup_fd)
         driver.close()
-        stop_actor_system(running)
+        stop_actor_system(system)
         notifier.close()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
