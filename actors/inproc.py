@@ -5,14 +5,10 @@ pages each on 3.11), and every message is pickled over TCP (~1-4 ms a hop). On a
 process is what fits the budget. ``simpleSystemBase`` alone cannot serve: it runs actors only
 inside ``ask``/``tell``/``listen``, sleeps through its wake-ups, and has no ``ThespianWatch``.
 
-``Driver`` supplies the missing loop. Each ``step`` delivers every pending message and due
-wake-up, then ``poll``s the descriptors the actors watch, the descriptors the owner of the loop
-added (``add_reader``) and a wake pipe, sleeping no longer than the next wake-up. An actor
-watches as on Thespian's multiprocess bases, by returning ``ThespianWatch(fds)`` from
-``receiveMessage`` (the list holds until its next message); a readable descriptor becomes a
-``WatchMessage``.
-Other threads never touch the actor system: ``call`` runs a function on the loop's thread and
-hands back its result.
+``Driver`` supplies the missing loop. An actor watches as on the multiprocess bases, by
+returning ``ThespianWatch(fds)`` from ``receiveMessage`` (the list holds until its next
+message); a readable descriptor becomes a ``WatchMessage``. Other threads never touch the actor
+system: ``call`` runs a function on the loop's thread.
 
 ``poll`` (not epoll) on purpose: it keeps no kernel state, so a descriptor number that an actor
 closed and reused for a new worker channel within one batch of messages is simply watched anew.
@@ -131,8 +127,6 @@ class Driver:
         self._stopping = False
         self._owner = threading.get_ident()
 
-    # ------------------------------------------------------------------ the loop
-
     def run_pending(self) -> None:
         """Deliver every pending message and every wake-up that is due."""
         base = self._base
@@ -190,13 +184,6 @@ class Driver:
     def _has_work(self) -> bool:
         return bool(self._base._pendingSends) or not self._calls.empty()
 
-    def run(self, until: Callable[[], bool], *, timeout: float = MAX_SLEEP_S) -> None:
-        """Step until ``until()`` is true (checked after every step)."""
-        while not until():
-            self.step(timeout)
-
-    # ------------------------------------------------------------------ other threads
-
     def wake(self) -> None:
         """Cut the current sleep short (safe from any thread and from signal handlers)."""
         with contextlib.suppress(BlockingIOError, OSError):
@@ -226,8 +213,6 @@ class Driver:
                 fn, future = self._calls.get_nowait()
             except queue.Empty:
                 return
-            if not future.set_running_or_notify_cancel():
-                continue
             try:
                 future.set_result(fn())
             except BaseException as exc:  # handed to the caller, who re-raises it
@@ -237,23 +222,15 @@ class Driver:
         """Call ``callback`` on the loop's thread whenever ``fd`` is readable."""
         self._readers[fd] = callback
 
-    # ------------------------------------------------------------------ a loop in a thread
-
     def start_thread(self, name: str = "actors") -> None:
-        """Run the loop in a daemon thread (tests and embedders); ``stop_thread`` ends it."""
+        """Run the loop in a daemon thread (tests and embedders); ``close`` ends it."""
         self._stopping = False
-        self._thread = threading.Thread(
-            target=self.run, args=(lambda: self._stopping,), name=name, daemon=True
-        )
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    def stop_thread(self, timeout: float = 5.0) -> None:
-        if self._thread is None:
-            return
-        self._stopping = True
-        self.wake()
-        self._thread.join(timeout)
-        self._thread = None
+    def _loop(self) -> None:
+        while not self._stopping:
+            self.step()
 
     def ask(self, address: Any, message: Any, timeout: float = 10.0) -> Any:
         """Ask an actor from any thread; the answer, or None past ``timeout``.
@@ -283,10 +260,7 @@ class Driver:
 
     def tell(self, address: Any, message: Any) -> None:
         """Send a message from any thread."""
-        if threading.get_ident() != self._loop_ident():
-            self.call(lambda: self.system.tell(address, message))
-            return
-        self.system.tell(address, message)
+        self.call(lambda: self.system.tell(address, message))
 
     def shutdown(self, root: Any, timeout_s: float = 3.0) -> None:
         """Stop the actors under ``root`` (None: none was created), on the loop's thread: its
@@ -306,7 +280,11 @@ class Driver:
             log.exception("actors_stop_failed")
 
     def close(self) -> None:
-        self.stop_thread()
+        if self._thread is not None:
+            self._stopping = True
+            self.wake()
+            self._thread.join(5.0)
+            self._thread = None
         for fd in (self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
