@@ -115,7 +115,7 @@ def _serve(
         supervisor = system.createActor(SupervisorActor)
         fds = (console.in_fd, console.out_fd, console.done_w) if console else ()
         boot = Boot(settings, transport, fds, story, auto_yes, zygote)
-        reply = ask(driver, supervisor, boot)
+        reply = driver.ask(supervisor, boot, ASK_TIMEOUT_S)
         if not isinstance(reply, Status) or not reply.ready:
             log.error("service_not_ready", reply=repr(reply))
             return 1
@@ -136,11 +136,6 @@ def _serve(
     return status
 
 
-def ask(driver: Driver, address: Any, message: Any) -> Any:
-    """Ask an actor and wait for its answer, the loop running meanwhile."""
-    return driver.ask(address, message, ASK_TIMEOUT_S)
-
-
 def health_every_s(watchdog_s: float | None) -> float:
     """How often the main process pings the supervisor: every ``HEALTH_EVERY_S``, and at least
     three times per systemd watchdog interval (so one slow answer does not trip it)."""
@@ -158,17 +153,18 @@ def _wait(
 ) -> int:
     every = health_every_s(notifier.watchdog_s)
     polling = False
-    next_health = time.monotonic()
     done: dict[str, int | None] = {"console": None}
 
     def console_done() -> None:
         assert console is not None
-        done["console"] = console_status(os.read(console.done_r, 16))
+        # An end nobody announced (a transport that died) is a failure.
+        done["console"] = 0 if os.read(console.done_r, 16) == CONSOLE_DONE else 1
 
     if console is not None:
         driver.add_reader(console.done_r, console_done)
     while not stop["signal"]:
-        # The actors run here, in this thread, until it is time for a health check.
+        # The actors run here, in this thread, until it is time for a health check (every
+        # tick until the transport polls: READY=1 should follow it closely).
         until = time.monotonic() + (every if polling else min(0.2, every))
         while not stop["signal"] and done["console"] is None and time.monotonic() < until:
             driver.step(max(0.0, until - time.monotonic()))
@@ -176,11 +172,7 @@ def _wait(
             return done["console"]
         if stop["signal"]:
             break
-        # Until the transport polls, ask every tick: READY=1 should follow it closely.
-        if polling and time.monotonic() < next_health:
-            continue
-        next_health = time.monotonic() + every
-        status = ask(driver, supervisor, Ping())
+        status = driver.ask(supervisor, Ping(), ASK_TIMEOUT_S)
         if isinstance(status, Status) and status.fatal:
             log.error("service_stopping_fatal", reason=status.fatal)
             return status.exit_status or 1
@@ -197,12 +189,6 @@ def _wait(
             log.info("service_polling", watchdog_s=notifier.watchdog_s, health_every_s=every)
     log.info("service_stopping", signal=stop["signal"])
     return stopped_status(stop["signal"])
-
-
-def console_status(said: bytes) -> int:
-    """The exit status a console session's end asks for (an end nobody announced, such as a
-    transport that died, is a failure)."""
-    return 0 if said == CONSOLE_DONE else 1
 
 
 def stopped_status(signum: int) -> int:
