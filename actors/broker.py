@@ -52,7 +52,6 @@ class BrokerActor(WiredActor):
 
         try:
             main = load_provider(msg.settings)
-            self.load_error = ""
         except SecretMissingError as exc:
             self.load_kind, self.load_error = "no_key", str(exc)
             log.error("provider_not_loaded", error=self.load_error)
@@ -116,18 +115,18 @@ class BrokerActor(WiredActor):
                 )
                 self.send(reply_to, JobAnswer(turn_id, completion, answered.note))
                 self._count(turn_id, answered.provider, answered.model, usage)
-            elif isinstance(error, ProviderError):
+                continue
+            if isinstance(error, ProviderError):
                 log.warning(
                     "model_call_failed", turn_id=turn_id, kind=error.kind, error=error.message
                 )
-                answer = JobFailed(turn_id, error.kind, error.message, error.retry_after)
-                self.send(reply_to, JobAnswer(turn_id, answer))
+                failed = JobFailed(turn_id, error.kind, error.message, error.retry_after)
             else:
                 log.error(
                     "model_call_crashed", turn_id=turn_id, error=f"{type(error).__name__}: {error}"
                 )
-                answer = JobFailed(turn_id, "server", f"internal error: {type(error).__name__}")
-                self.send(reply_to, JobAnswer(turn_id, answer))
+                failed = JobFailed(turn_id, "server", f"internal error: {type(error).__name__}")
+            self.send(reply_to, JobAnswer(turn_id, failed))
 
     def _count(self, turn_id: str, provider: str, model: str, usage: Usage) -> None:
         """Persist one completed call for /usage, under the provider that answered it; the
