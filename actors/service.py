@@ -58,22 +58,17 @@ def run_service(
         from shelldon.worker.zygote import Zygote
 
         zygote = Zygote.start(settings)
+    fds = (console.in_fd, console.out_fd, console.done_w) if console else ()
     try:
-        return _serve(settings, transport, console, story, auto_yes, zygote)
+        return _serve(Boot(settings, transport, fds, story, auto_yes, zygote), console)
     finally:
         zygote.stop()
 
 
-def _serve(
-    settings: Settings,
-    transport: str,
-    console: Console | None,
-    story: tuple[tuple[str, bool], ...],
-    auto_yes: bool,
-    zygote: Zygote,
-) -> int:
+def _serve(boot: Boot, console: Console | None) -> int:
     from actors.supervisor import SupervisorActor
 
+    settings, transport = boot.settings, boot.transport
     # Before the actor system forks: only this process speaks to systemd.
     notifier = Notifier.from_environ()
     notifier.status("starting the actors")
@@ -113,8 +108,6 @@ def _serve(
     status = 1
     try:
         supervisor = system.createActor(SupervisorActor)
-        fds = (console.in_fd, console.out_fd, console.done_w) if console else ()
-        boot = Boot(settings, transport, fds, story, auto_yes, zygote)
         reply = driver.ask(supervisor, boot, ASK_TIMEOUT_S)
         if not isinstance(reply, Status) or not reply.ready:
             log.error("service_not_ready", reply=repr(reply))
