@@ -40,21 +40,14 @@ HANDLER_PREFIX = "receiveMsg_"
 _UNDELIVERABLE = (PoisonMessage, DeadEnvelope)
 
 
-def _thespian_message_class(name: str) -> type | None:
-    found = getattr(thespian_actors, name, None)
-    if isinstance(found, type) and issubclass(found, ActorSystemMessage):
-        return found
-    return None
-
-
 def _declared_class(owner: type, attr: str, handler: Any) -> type:
     """The message class ``handler`` declares through its ``msg`` annotation (or Thespian's)."""
     suffix = attr[len(HANDLER_PREFIX) :]
     params = list(inspect.signature(handler).parameters.values())
     annotation = params[1].annotation if len(params) >= 2 else inspect.Parameter.empty
     if annotation is inspect.Parameter.empty:
-        system_class = _thespian_message_class(suffix)
-        if system_class is not None:
+        system_class = getattr(thespian_actors, suffix, None)
+        if isinstance(system_class, type) and issubclass(system_class, ActorSystemMessage):
             return system_class
         raise TypeError(
             f"{owner.__qualname__}.{attr}: annotate the message parameter with its class "
