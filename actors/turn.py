@@ -195,12 +195,11 @@ class TurnActor(WiredActor):
             self._end(self._apology(kind), kill=True)
 
     def receiveMsg_JobAnswer(self, msg: JobAnswer, sender: ActorAddress) -> None:
-        handle = self.handle
-        if handle is None or msg.turn_id != handle.turn_id:
+        handle, turnwatch = self.handle, self.turnwatch
+        if handle is None or turnwatch is None or msg.turn_id != handle.turn_id:
             log.info("late_job_answer_dropped", turn_id=msg.turn_id)
             return
-        if self.turnwatch is not None:
-            self.turnwatch.on_answer(msg.answer)
+        turnwatch.on_answer(msg.answer)
         self.note = self.note or msg.note
         try:
             handle.send(msg.answer)
