@@ -126,10 +126,10 @@ class ArbiterActor(WiredActor):
             self._run(self.arbiter.on_park(msg.turn_id, msg.chat_id, msg.op))
 
     def receiveMsg_TakeParked(self, msg: TakeParked, sender: ActorAddress) -> None:
-        assert self.store is not None and self.arbiter is not None
+        store, _, arbiter = self._wired_parts()
         now, decision = time.time(), msg.decision
         # A tap queued behind a running turn counts from when it was accepted.
-        taken = self.store.parked.take_approval(decision.turn_id, msg.tapped_at or now)
+        taken = store.parked.take_approval(decision.turn_id, msg.tapped_at or now)
         parked, status, turn_id = None, taken.status, decision.turn_id
         if status == "ok":
             try:
@@ -140,16 +140,14 @@ class ArbiterActor(WiredActor):
                 log.error("parked_approval_corrupt", turn_id=turn_id, error=str(exc))
                 parked, status = None, "corrupt"
                 error = {"error": str(exc)}
-                self.store.audit.record("approvals", status, turn_id, error, now, turn_id=turn_id)
+                store.audit.record("approvals", status, turn_id, error, now, turn_id=turn_id)
             else:
                 action = "approved" if decision.approved else "denied"
                 detail = {"args": parked.call.args}
-                self.store.audit.record(
-                    "owner", action, parked.call.name, detail, now, turn_id=turn_id
-                )
+                store.audit.record("owner", action, parked.call.name, detail, now, turn_id=turn_id)
         else:
             log.info("approval_not_taken", turn_id=turn_id, status=status)
-        self._run(self.arbiter.on_approval_taken(decision, parked, status))
+        self._run(arbiter.on_approval_taken(decision, parked, status))
 
     def _run(self, effects: list[fx.Effect]) -> None:
         for effect in effects:
