@@ -57,14 +57,12 @@ class SupervisorActor(ContractActor):
         self.polling = False
 
     def receiveMsg_Boot(self, msg: Boot, sender: ActorAddress) -> None:
-        if self.boot is not None:
-            self.send(sender, self._status())
-            return
-        self.boot = msg
-        for role, cls in ROLES.items():
-            self.children[role] = self.createActor(cls)
-        self._wire_all()
-        log.info("service_started", actors=len(self.children), transport=msg.transport)
+        if self.boot is None:  # a second Boot is only answered
+            self.boot = msg
+            for role, cls in ROLES.items():
+                self.children[role] = self.createActor(cls)
+            self._wire_all()
+            log.info("service_started", actors=len(self.children), transport=msg.transport)
         self.send(sender, self._status())
 
     def _wire_all(self, *, fresh: bool = True) -> None:
