@@ -118,9 +118,10 @@ class Driver:
         self.system = system
         self._base = system._systemBase
         _WakeupHeap(self._base)
-        self._wake_r, self._wake_w = os.pipe()
+        # wake_fd: also what ``signal.set_wakeup_fd`` gets, so a signal ends the sleep.
+        self._wake_r, self.wake_fd = os.pipe()
         os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        os.set_blocking(self.wake_fd, False)
         self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
         self._readers: dict[int, Callable[[], None]] = {}
         self._thread: threading.Thread | None = None
@@ -156,7 +157,8 @@ class Driver:
         poller.register(self._wake_r, select.POLLIN)
         for fd in (*watched, *self._readers):
             poller.register(fd, select.POLLIN | select.POLLPRI)
-        sleep_s = 0.0 if self._has_work() else self._sleep_s(timeout)
+        busy = self._base._pendingSends or not self._calls.empty()
+        sleep_s = 0.0 if busy else self._sleep_s(timeout)
         try:
             events = poller.poll(sleep_s * 1000)
         except InterruptedError:  # pragma: no cover - PEP 475 retries; a raising handler lands here
@@ -181,17 +183,10 @@ class Driver:
         self._run_calls()
         self.run_pending()
 
-    def _has_work(self) -> bool:
-        return bool(self._base._pendingSends) or not self._calls.empty()
-
     def wake(self) -> None:
         """Cut the current sleep short (safe from any thread and from signal handlers)."""
         with contextlib.suppress(BlockingIOError, OSError):
-            os.write(self._wake_w, b"!")
-
-    def wake_fd(self) -> int:
-        """A descriptor to hand to ``signal.set_wakeup_fd`` so a signal ends the sleep."""
-        return self._wake_w
+            os.write(self.wake_fd, b"!")
 
     def call(self, fn: Callable[[], Any], timeout: float = 10.0) -> Any:
         """Run ``fn`` on the loop's thread (at once if on that thread); return its result."""
@@ -285,6 +280,6 @@ class Driver:
             self.wake()
             self._thread.join(5.0)
             self._thread = None
-        for fd in (self._wake_r, self._wake_w):
+        for fd in (self._wake_r, self.wake_fd):
             with contextlib.suppress(OSError):
                 os.close(fd)

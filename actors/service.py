@@ -103,7 +103,7 @@ def _serve(boot: Boot, console: Console | None) -> int:
     system = start_actor_system()
     driver = Driver(system)
     # A stop signal must end the driver's sleep at once, not at its next wake-up.
-    wakeup_fd = signal.set_wakeup_fd(driver.wake_fd())
+    wakeup_fd = signal.set_wakeup_fd(driver.wake_fd)
     supervisor = None
     status = 1
     try:
