@@ -30,7 +30,7 @@ from typing import Any
 
 import structlog
 from thespian.actors import ThespianWatch, WatchMessage
-from thespian.system import isInternalActorSystemMessage
+from thespian.system import isInternalActorSystemMessage, simpleSystemBase
 
 log = structlog.get_logger(__name__)
 
@@ -39,25 +39,11 @@ _READABLE = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR | s
 MAX_SLEEP_S = 1.0
 
 
-def _honour_thespian_watch() -> None:
-    """Keep what each actor's ``receiveMessage`` returns when it is a ``ThespianWatch``.
-
-    simpleSystemBase calls every actor through ``actor_base_receive`` (bound when the actor is
-    created) and drops the return value; this keeps the watch list on the actor instead.
-    """
-    from thespian.system import simpleSystemBase
-
-    if getattr(simpleSystemBase.actor_base_receive, "keeps_watch", False):
-        return
-
-    def actor_base_receive(instance: Any, msg: Any, sender: Any) -> None:
-        result = instance.receiveMessage(msg, sender)
-        instance._shelldon_watch = (
-            tuple(result.filenos) if isinstance(result, ThespianWatch) else ()
-        )
-
-    actor_base_receive.keeps_watch = True  # type: ignore[attr-defined]
-    simpleSystemBase.actor_base_receive = actor_base_receive
+def _receive_keeping_watch(instance: Any, msg: Any, sender: Any) -> None:
+    """simpleSystemBase's ``actor_base_receive``, keeping a ``ThespianWatch`` that the actor's
+    ``receiveMessage`` returns (the original drops the return value)."""
+    result = instance.receiveMessage(msg, sender)
+    instance._shelldon_watch = tuple(result.filenos) if isinstance(result, ThespianWatch) else ()
 
 
 class _WakeupHeap:
@@ -114,7 +100,8 @@ class Driver:
     the first actor."""
 
     def __init__(self, system: Any) -> None:
-        _honour_thespian_watch()
+        # Each actor binds actor_base_receive when it is created.
+        simpleSystemBase.actor_base_receive = _receive_keeping_watch
         self.system = system
         self._base = system._systemBase
         _WakeupHeap(self._base)
