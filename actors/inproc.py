@@ -31,6 +31,7 @@ from typing import Any
 import structlog
 from thespian.actors import ThespianWatch, WatchMessage
 from thespian.system import isInternalActorSystemMessage, simpleSystemBase
+from thespian.system.timing import ExpirationTimer
 
 log = structlog.get_logger(__name__)
 
@@ -57,28 +58,21 @@ class _WakeupHeap:
     """
 
     def __init__(self, base: Any) -> None:
-        from thespian.system.timing import ExpirationTimer
-
-        self._timer = ExpirationTimer
+        assert not base._wakeUps, "the Driver comes before the first actor and its wake-ups"
         self._heap: list[tuple[float, int, Any, Any, Any]] = []
         self._seq = 0
-        for address, timer, payload in base._wakeUps:
-            self._push(address, timer, payload)
-        base._wakeUps = []
         base._add_wakeup = self.add
         base._pop_expired_wakeups = self.pop_expired
         base._next_wakeup = self.next_due
         base.add_wakeups_to_status = self.add_to_status
 
-    def _push(self, address: Any, timer: Any, payload: Any) -> None:
-        self._seq += 1
-        at = timer._time_to_quit
-        heapq.heappush(
-            self._heap, (math.inf if at is None else at, self._seq, address, timer, payload)
-        )
-
     def add(self, from_actor: Any, time_period: Any, payload: Any) -> None:
-        self._push(from_actor, self._timer(time_period), payload)
+        timer = ExpirationTimer(time_period)
+        at = timer._time_to_quit
+        self._seq += 1
+        heapq.heappush(
+            self._heap, (math.inf if at is None else at, self._seq, from_actor, timer, payload)
+        )
 
     def pop_expired(self, now: float) -> list[tuple[Any, Any, Any]]:
         due = []
