@@ -83,9 +83,8 @@ class GateRunnerActor(WiredActor):
     def _fork_gate(
         self, staging: Path, private: Path, name: str, limits: GateLimits
     ) -> PendingGate:
-        """The gate's pytest, forked by the zygote (this process holds the transport's and the
-        broker's secrets: it never forks model-written code); it arrives on a watched
-        descriptor."""
+        """The gate's pytest, forked by the zygote (this process holds secrets: it never forks
+        model-written code); it arrives on a watched descriptor."""
         if self.zygote is None:
             raise SpawnError("no zygote to fork the gate: this process never forks")
         return self.zygote.begin_gate(staging, private, name, limits)

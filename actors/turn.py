@@ -103,9 +103,7 @@ class TurnActor(WiredActor):
         self.watch(self.pending.fileno())
         self.wakeupAfter(dt.timedelta(seconds=REQUEST_TIMEOUT_S), payload=("spawn", turn_id))
 
-    def _spawned(self) -> None:
-        pending = self.pending
-        assert pending is not None
+    def _spawned(self, pending: PendingSpawn[ZygoteWorkerHandle]) -> None:
         try:
             handle = pending.poll()
         except SpawnError as exc:
@@ -151,7 +149,7 @@ class TurnActor(WiredActor):
 
     def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: ActorAddress) -> None:
         if self.pending is not None and self.pending.fileno() in msg.ready:
-            self._spawned()
+            self._spawned(self.pending)
         if any(e.fd in msg.ready for e in self.exiting):
             self._look_at_exiting()
         handle, turnwatch = self.handle, self.turnwatch
