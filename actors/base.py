@@ -86,7 +86,7 @@ class ContractActor(Actor):  # type: ignore[misc]
 
     def __init__(self) -> None:
         super().__init__()
-        self._watched: list[int] = []
+        self._watched: set[int] = set()
         self._handler_cache: dict[type, str | None] = {}
         self._crashed = False
 
@@ -95,13 +95,11 @@ class ContractActor(Actor):  # type: ignore[misc]
 
     def watch(self, fd: int) -> None:
         """Wake this actor with a ``WatchMessage`` whenever ``fd`` is readable."""
-        if fd not in self._watched:
-            self._watched.append(fd)
+        self._watched.add(fd)
 
     def unwatch(self, fd: int) -> None:
         """Stop watching ``fd`` (do it at EOF, or the actor spins on a readable descriptor)."""
-        if fd in self._watched:
-            self._watched.remove(fd)
+        self._watched.discard(fd)
 
     def _handler_name(self, message_class: type) -> str | None:
         if message_class not in self._handler_cache:
