@@ -29,7 +29,7 @@ from concurrent.futures import Future
 from typing import Any
 
 import structlog
-from thespian.actors import ThespianWatch, WatchMessage
+from thespian.actors import ActorExitRequest, ThespianWatch, WatchMessage
 from thespian.system import isInternalActorSystemMessage, simpleSystemBase
 from thespian.system.timing import ExpirationTimer
 
@@ -243,8 +243,6 @@ class Driver:
         ``ActorExitRequest`` cascades to its children, whose handlers close their threads,
         workers and gate runs; delivered until nothing is pending or ``timeout_s`` has passed.
         Best effort: a failure is logged, never raised (the caller is stopping anyway)."""
-        from thespian.actors import ActorExitRequest
-
         if root is None:
             return
         try:

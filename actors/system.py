@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import structlog
+from thespian.actors import ActorSystem
 
 log = structlog.get_logger(__name__)
 
@@ -25,8 +26,6 @@ class ActorSystemError(RuntimeError):
 
 def start_actor_system() -> Any:
     """Start a fresh in-process Thespian ``ActorSystem`` and return it."""
-    from thespian.actors import ActorSystem
-
     started = time.monotonic()
     try:
         # transientUnique: never hand back an earlier system (Thespian's singleton).
