@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import time
-from typing import TYPE_CHECKING
 
 import structlog
 from thespian.actors import ActorAddress, ActorExitRequest, WatchMessage
@@ -14,12 +13,13 @@ from thespian.actors import ActorAddress, ActorExitRequest, WatchMessage
 from actors.bridge import AsyncBridge
 from actors.messages import JobAnswer, PhotoBytes, TurnClosed, Wire
 from actors.wired import WiredActor
+from shelldon.broker import load_fallback, load_provider
+from shelldon.broker.fallback import Failover
 from shelldon.broker.photos import PhotoShelf, return_big_buffers
+from shelldon.broker.provider import ProviderError
 from shelldon.config import PhotosSettings
 from shelldon.contracts import Job, JobFailed, Usage
-
-if TYPE_CHECKING:
-    from shelldon.broker.fallback import Failover
+from shelldon.secrets import SecretMissingError
 
 log = structlog.get_logger(__name__)
 
@@ -37,9 +37,6 @@ class BrokerActor(WiredActor):
         self.photos = PhotoShelf(2 * PhotosSettings().max_bytes)
 
     def wired(self, msg: Wire, *, first: bool) -> None:
-        from shelldon.broker import load_fallback, load_provider
-        from shelldon.broker.fallback import Failover
-
         if not first:
             return
         brain = msg.settings.brain
@@ -48,8 +45,6 @@ class BrokerActor(WiredActor):
             return_big_buffers()  # process-wide: the transport's download is in this process
         self.bridge = AsyncBridge("broker")
         self.watch(self.bridge.fileno())
-        from shelldon.secrets import SecretMissingError
-
         try:
             main = load_provider(msg.settings)
         except SecretMissingError as exc:
@@ -100,8 +95,6 @@ class BrokerActor(WiredActor):
     def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: ActorAddress) -> None:
         if self.bridge is None or self.bridge.fileno() not in msg.ready:
             return
-        from shelldon.broker.provider import ProviderError
-
         for (reply_to, turn_id), answered, error in self.bridge.drain():
             if error is None:
                 completion, usage = answered.completion, answered.completion.usage
