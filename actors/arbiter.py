@@ -41,7 +41,7 @@ from shelldon.rules import arbiter as rules
 from shelldon.rules import effects as fx
 from shelldon.rules.commands import owners_of
 from shelldon.rules.effects import AskOwner, Say, SettleTap, TakeParked
-from shelldon.rules.inbox_plan import InboxView, inbox_view
+from shelldon.rules.inbox_plan import inbox_view
 from shelldon.rules.replies import EXPIRED, approval_question
 from shelldon.store import Store
 from shelldon.toolbox.toolbox import Toolbox
@@ -126,10 +126,10 @@ class ArbiterActor(WiredActor):
             self._run(self.arbiter.on_park(msg.turn_id, msg.chat_id, msg.op))
 
     def receiveMsg_TakeParked(self, msg: TakeParked, sender: ActorAddress) -> None:
-        assert self.store is not None and self.arbiter is not None
+        store, _, arbiter = self._wired_parts()
         now, decision = time.time(), msg.decision
         # A tap queued behind a running turn counts from when it was accepted.
-        taken = self.store.parked.take_approval(decision.turn_id, msg.tapped_at or now)
+        taken = store.parked.take_approval(decision.turn_id, msg.tapped_at or now)
         parked, status, turn_id = None, taken.status, decision.turn_id
         if status == "ok":
             try:
@@ -140,26 +140,26 @@ class ArbiterActor(WiredActor):
                 log.error("parked_approval_corrupt", turn_id=turn_id, error=str(exc))
                 parked, status = None, "corrupt"
                 error = {"error": str(exc)}
-                self.store.audit.record("approvals", status, turn_id, error, now, turn_id=turn_id)
+                store.audit.record("approvals", status, turn_id, error, now, turn_id=turn_id)
             else:
                 action = "approved" if decision.approved else "denied"
                 detail = {"args": parked.call.args}
-                self.store.audit.record(
-                    "owner", action, parked.call.name, detail, now, turn_id=turn_id
-                )
+                store.audit.record("owner", action, parked.call.name, detail, now, turn_id=turn_id)
         else:
             log.info("approval_not_taken", turn_id=turn_id, status=status)
-        self._run(self.arbiter.on_approval_taken(decision, parked, status))
-
-    # ---------------------------------------------------------------- effects
+        self._run(arbiter.on_approval_taken(decision, parked, status))
 
     def _run(self, effects: list[fx.Effect]) -> None:
         for effect in effects:
             self._carry_out(effect)
 
-    def _carry_out(self, effect: fx.Effect) -> None:
+    def _wired_parts(self) -> tuple[Store, Settings, rules.Arbiter]:
         store, settings, arbiter = self.store, self.settings, self.arbiter
         assert store is not None and settings is not None and arbiter is not None
+        return store, settings, arbiter
+
+    def _carry_out(self, effect: fx.Effect) -> None:
+        store, settings, _ = self._wired_parts()
         now = time.time()
         if type(effect) in SENDS:
             self.send(self.peers[SENDS[type(effect)]], effect)
@@ -169,7 +169,7 @@ class ArbiterActor(WiredActor):
                 detail = {"args": call.args, "why": why}
                 store.audit.record("approvals", "refused", call.name, detail, now, turn_id=turn_id)
             case fx.Pump(idle_chat):
-                self._pump(store, settings, arbiter, idle_chat, now)
+                self._pump(idle_chat, now)
             case fx.TakeRow(item_id, turn_id):
                 if not store.inbox.take(item_id, now, turn_id=turn_id):
                     raise InboxOutOfStep(f"inbox row {item_id} was taken by someone else")
@@ -186,13 +186,12 @@ class ArbiterActor(WiredActor):
             case fx.RecordReply(chat_id, text):
                 store.conversation.append(chat_id, "assistant", text, now)
             case fx.ApplyOp(turn_id, chat_id, op):
-                self._apply(store, turn_id, chat_id, op, now)
+                self._apply(turn_id, chat_id, op, now)
             case fx.TakeRepair() | fx.DropRepair() | fx.SpendBudget():
-                self._repair(store, settings, arbiter, effect, now)
+                self._repair(effect, now)
             case fx.StartDue(schedule_id, day):
                 self._start_due(store, schedule_id, now)
-                if not store.schedule.spend_budget(day, 1, settings.limits.daily_turn_budget):
-                    raise InboxOutOfStep(f"the budget of {day} was spent behind my back")
+                self._spend_budget(store, day, settings.limits.daily_turn_budget)
             case fx.RefuseDue(schedule_id, prompt):
                 self._start_due(store, schedule_id, now)
                 detail = {"reason": "daily budget spent"}
@@ -219,14 +218,8 @@ class ArbiterActor(WiredActor):
             store.audit.record("arbiter", "expired", gone.summary, detail, at, turn_id=gone.turn_id)
         self._run(rules.expired_cards(expired, at))
 
-    def _repair(
-        self,
-        store: Store,
-        settings: Settings,
-        arbiter: rules.Arbiter,
-        effect: fx.TakeRepair | fx.DropRepair | fx.SpendBudget,
-        now: float,
-    ) -> None:
+    def _repair(self, effect: fx.TakeRepair | fx.DropRepair | fx.SpendBudget, now: float) -> None:
+        store, settings, arbiter = self._wired_parts()
         match effect:
             case fx.TakeRepair(decision, turn_id):
                 offer = store.parked.take_repair(decision.turn_id, now, turn_id)
@@ -246,36 +239,30 @@ class ArbiterActor(WiredActor):
                     outcome = f"🗑 Dropped {offer.name}."
                 self.send(self.peers["transport"], SettleTap(decision, outcome))
             case fx.SpendBudget(day):
-                if not store.schedule.spend_budget(day, 1, settings.limits.daily_turn_budget):
-                    raise InboxOutOfStep(f"the budget of {day} was spent behind my back")
+                self._spend_budget(store, day, settings.limits.daily_turn_budget)
 
     def _start_due(self, store: Store, schedule_id: int, now: float) -> None:
         if not store.schedule.start(schedule_id, now):
             raise InboxOutOfStep(f"scheduled turn {schedule_id} was started already")
 
-    def _pump(
-        self,
-        store: Store,
-        settings: Settings,
-        arbiter: rules.Arbiter,
-        idle_chat: int | None,
-        now: float,
-    ) -> None:
-        view = self._inbox_view(store, now)
-        if view.rows and not arbiter.owners:
-            # Started with no owner: the transport lets an event in only once `shelldon pair`
-            # has named one in the config file, so read it again.
-            arbiter.owners = owners_of(allowed_users_now(settings), console=False)
-        self._run(arbiter.on_inbox(view, idle_chat))
-
-    def _inbox_view(self, store: Store, now: float) -> InboxView:
-        return inbox_view(
+    def _pump(self, idle_chat: int | None, now: float) -> None:
+        store, settings, arbiter = self._wired_parts()
+        view = inbox_view(
             rows=[(item.id, item.blob) for item in store.inbox.waiting()],
             parked=[(p.kind, p.turn_id) for p in store.parked.pending()],
             due=store.schedule.due(now, limit=DUE_AT_ONCE),
             spent_today=store.schedule.budget_spent(rules.budget_day(now)),
             now=now,
         )
+        if view.rows and not arbiter.owners:
+            # Started with no owner: the transport lets an event in only once `shelldon pair`
+            # has named one in the config file, so read it again.
+            arbiter.owners = owners_of(allowed_users_now(settings), console=False)
+        self._run(arbiter.on_inbox(view, idle_chat))
+
+    def _spend_budget(self, store: Store, day: str, budget: int) -> None:
+        if not store.schedule.spend_budget(day, 1, budget):
+            raise InboxOutOfStep(f"the budget of {day} was spent behind my back")
 
     def _begin(self, store: Store, settings: Settings, begin: fx.BeginTurn) -> None:
         roles = {"user": Role.USER, "assistant": Role.ASSISTANT}
@@ -299,11 +286,11 @@ class ArbiterActor(WiredActor):
         log.info("turn_started", turn_id=begin.turn_id, source=begin.source)
         store.conversation.append(begin.chat_id, "user", begin.record or begin.text, time.time())
 
-    def _apply(self, store: Store, turn_id: str, chat_id: int, op: Op, now: float) -> None:
+    def _apply(self, turn_id: str, chat_id: int, op: Op, now: float) -> None:
+        store, settings, _ = self._wired_parts()
         if isinstance(op, RequestToolApproval):
             summary = describe_call(op.call)
-            limits = self.settings.limits if self.settings else None
-            assert limits is not None
+            limits = settings.limits
             store.parked.park_approval(
                 turn_id, chat_id, encode(op), summary, now, limits.approval_ttl_s
             )

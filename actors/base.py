@@ -1,30 +1,22 @@
 """``ContractActor``: the base of every shelldon actor. It checks each message at the door.
 
-A subclass declares one handler per message class it accepts::
+A subclass declares one handler per message class it accepts,
+``receiveMsg_Ping(self, msg: Ping, sender: ActorAddress)``: the annotation of ``msg`` names the
+class the door lets in. Thespian's own messages (``ActorExitRequest``, ``WakeupMessage``,
+``WatchMessage``…) need no annotation. Any other message is logged and dropped. A handler that
+raises is logged with context (actor, message type, turn_id) and never re-raised: Thespian would
+deliver the same message again and repeat the handler's side effects.
 
-    class ArbiterActor(ContractActor):
-        def receiveMsg_InboundMessage(self, msg: InboundMessage, sender: ActorAddress) -> None:
-            ...
-
-The annotation of ``msg`` names the class the door lets in (it must match the method's suffix).
-Thespian's own messages (``ActorExitRequest``, ``ChildActorExited``, ``WakeupMessage``,
-``WatchMessage``, ``PoisonMessage``…) need no annotation. Any other message is logged and
-dropped. A handler that raises is logged with context (actor, message type, turn_id) and never
-re-raised: Thespian would deliver the same message again and repeat the handler's side effects.
-
-Let it crash: after a handler raised, the actor's state is suspect, so it stops — it asks itself
-to exit, handles no other message meanwhile (each is logged and dropped), and its parent (the
-supervisor) gets ``ChildActorExited`` and starts a fresh instance whose state is rebuilt from
-sqlite, as it would after the actor's process died. An actor that must never stop this way (the
-supervisor itself) sets ``crash_on_error = False``.
-File descriptors passed to ``watch`` are handed to Thespian after every message (``ThespianWatch``)
-until ``unwatch``: a ``WatchMessage`` arrives when one is readable.
+Let it crash: after a handler raised, the actor's state is suspect, so it asks itself to exit,
+dropping (and logging) every other message meanwhile; the supervisor gets ``ChildActorExited``
+and starts a fresh instance whose state is rebuilt from sqlite. The supervisor itself sets
+``crash_on_error = False``. Descriptors passed to ``watch`` wake the actor with a
+``WatchMessage`` when readable, until ``unwatch``.
 """
 
 from __future__ import annotations
 
 import inspect
-import sys
 from typing import Any, ClassVar
 
 import structlog
@@ -48,30 +40,22 @@ HANDLER_PREFIX = "receiveMsg_"
 _UNDELIVERABLE = (PoisonMessage, DeadEnvelope)
 
 
-def _thespian_message_class(name: str) -> type | None:
-    found = getattr(thespian_actors, name, None)
-    if isinstance(found, type) and issubclass(found, ActorSystemMessage):
-        return found
-    return None
-
-
 def _declared_class(owner: type, attr: str, handler: Any) -> type:
     """The message class ``handler`` declares through its ``msg`` annotation (or Thespian's)."""
     suffix = attr[len(HANDLER_PREFIX) :]
     params = list(inspect.signature(handler).parameters.values())
     annotation = params[1].annotation if len(params) >= 2 else inspect.Parameter.empty
     if annotation is inspect.Parameter.empty:
-        system_class = _thespian_message_class(suffix)
-        if system_class is not None:
+        system_class = getattr(thespian_actors, suffix, None)
+        if isinstance(system_class, type) and issubclass(system_class, ActorSystemMessage):
             return system_class
         raise TypeError(
             f"{owner.__qualname__}.{attr}: annotate the message parameter with its class "
             f"(msg: {suffix}) so the door knows what to let in"
         )
     if isinstance(annotation, str):
-        namespace = dict(vars(sys.modules[owner.__module__]))
         try:
-            annotation = eval(annotation, handler.__globals__, namespace)  # noqa: S307
+            annotation = eval(annotation, handler.__globals__)  # noqa: S307
         except NameError as exc:
             raise TypeError(
                 f"{owner.__qualname__}.{attr}: cannot resolve the message annotation: {exc}; "
@@ -86,10 +70,7 @@ def _declared_class(owner: type, attr: str, handler: Any) -> type:
 
 
 class ContractActor(Actor):  # type: ignore[misc]
-    """An actor that handles only the message classes its ``receiveMsg_<Class>`` methods declare.
-
-    Unknown messages are logged and dropped; handler exceptions are logged and swallowed.
-    """
+    """An actor that handles only the message classes its ``receiveMsg_<Class>`` methods declare."""
 
     accepted: ClassVar[dict[type, str]] = {}
     crash_on_error: ClassVar[bool] = True
@@ -105,7 +86,7 @@ class ContractActor(Actor):  # type: ignore[misc]
 
     def __init__(self) -> None:
         super().__init__()
-        self._watched: list[int] = []
+        self._watched: set[int] = set()
         self._handler_cache: dict[type, str | None] = {}
         self._crashed = False
 
@@ -114,13 +95,11 @@ class ContractActor(Actor):  # type: ignore[misc]
 
     def watch(self, fd: int) -> None:
         """Wake this actor with a ``WatchMessage`` whenever ``fd`` is readable."""
-        if fd not in self._watched:
-            self._watched.append(fd)
+        self._watched.add(fd)
 
     def unwatch(self, fd: int) -> None:
         """Stop watching ``fd`` (do it at EOF, or the actor spins on a readable descriptor)."""
-        if fd in self._watched:
-            self._watched.remove(fd)
+        self._watched.discard(fd)
 
     def _handler_name(self, message_class: type) -> str | None:
         if message_class not in self._handler_cache:
@@ -139,7 +118,6 @@ class ContractActor(Actor):  # type: ignore[misc]
             )
             return None
         name = self._handler_name(type(message))
-        result: Any = None
         if name is None:
             self._refuse(message, sender)
         else:
@@ -150,7 +128,7 @@ class ContractActor(Actor):  # type: ignore[misc]
                 context["turn_id"] = turn_id
             with structlog.contextvars.bound_contextvars(**context):
                 try:
-                    result = getattr(self, name)(message, sender)
+                    getattr(self, name)(message, sender)
                 except Exception:
                     log.exception(
                         "handler_failed",
@@ -162,8 +140,6 @@ class ContractActor(Actor):  # type: ignore[misc]
                         self._crashed = True
                         self.send(self.myAddress, ActorExitRequest())
                         return None
-        if isinstance(result, ThespianWatch):
-            return result
         return ThespianWatch(list(self._watched)) if self._watched else None
 
     def _refuse(self, message: Any, sender: ActorAddress) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import time
-from typing import TYPE_CHECKING
 
 import structlog
 from thespian.actors import ActorAddress, ActorExitRequest, WatchMessage
@@ -14,12 +13,13 @@ from thespian.actors import ActorAddress, ActorExitRequest, WatchMessage
 from actors.bridge import AsyncBridge
 from actors.messages import JobAnswer, PhotoBytes, TurnClosed, Wire
 from actors.wired import WiredActor
+from shelldon.broker import load_fallback, load_provider
+from shelldon.broker.fallback import Failover
 from shelldon.broker.photos import PhotoShelf, return_big_buffers
+from shelldon.broker.provider import ProviderError
 from shelldon.config import PhotosSettings
 from shelldon.contracts import Job, JobFailed, Usage
-
-if TYPE_CHECKING:
-    from shelldon.broker.fallback import Failover
+from shelldon.secrets import SecretMissingError
 
 log = structlog.get_logger(__name__)
 
@@ -37,9 +37,6 @@ class BrokerActor(WiredActor):
         self.photos = PhotoShelf(2 * PhotosSettings().max_bytes)
 
     def wired(self, msg: Wire, *, first: bool) -> None:
-        from shelldon.broker import load_fallback, load_provider
-        from shelldon.broker.fallback import Failover
-
         if not first:
             return
         brain = msg.settings.brain
@@ -48,11 +45,8 @@ class BrokerActor(WiredActor):
             return_big_buffers()  # process-wide: the transport's download is in this process
         self.bridge = AsyncBridge("broker")
         self.watch(self.bridge.fileno())
-        from shelldon.secrets import SecretMissingError
-
         try:
             main = load_provider(msg.settings)
-            self.load_error = ""
         except SecretMissingError as exc:
             self.load_kind, self.load_error = "no_key", str(exc)
             log.error("provider_not_loaded", error=self.load_error)
@@ -101,8 +95,6 @@ class BrokerActor(WiredActor):
     def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: ActorAddress) -> None:
         if self.bridge is None or self.bridge.fileno() not in msg.ready:
             return
-        from shelldon.broker.provider import ProviderError
-
         for (reply_to, turn_id), answered, error in self.bridge.drain():
             if error is None:
                 completion, usage = answered.completion, answered.completion.usage
@@ -116,18 +108,18 @@ class BrokerActor(WiredActor):
                 )
                 self.send(reply_to, JobAnswer(turn_id, completion, answered.note))
                 self._count(turn_id, answered.provider, answered.model, usage)
-            elif isinstance(error, ProviderError):
+                continue
+            if isinstance(error, ProviderError):
                 log.warning(
                     "model_call_failed", turn_id=turn_id, kind=error.kind, error=error.message
                 )
-                answer = JobFailed(turn_id, error.kind, error.message, error.retry_after)
-                self.send(reply_to, JobAnswer(turn_id, answer))
+                failed = JobFailed(turn_id, error.kind, error.message, error.retry_after)
             else:
                 log.error(
                     "model_call_crashed", turn_id=turn_id, error=f"{type(error).__name__}: {error}"
                 )
-                answer = JobFailed(turn_id, "server", f"internal error: {type(error).__name__}")
-                self.send(reply_to, JobAnswer(turn_id, answer))
+                failed = JobFailed(turn_id, "server", f"internal error: {type(error).__name__}")
+            self.send(reply_to, JobAnswer(turn_id, failed))
 
     def _count(self, turn_id: str, provider: str, model: str, usage: Usage) -> None:
         """Persist one completed call for /usage, under the provider that answered it; the

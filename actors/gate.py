@@ -23,7 +23,6 @@ from shelldon.contracts import Decision
 from shelldon.proc.child import SpawnError
 from shelldon.rules import promotion
 from shelldon.rules.effects import (
-    AskOwner,
     RecordReply,
     RoutePromotion,
     Say,
@@ -31,7 +30,7 @@ from shelldon.rules.effects import (
 )
 from shelldon.rules.promotion import Proposal
 from shelldon.rules.strikes import quarantine_reason, quarantined_text
-from shelldon.toolbox.gate import GateLimits, GateReport, GateRun, PendingGate
+from shelldon.toolbox.gate import GateLimits, GateRun, PendingGate
 from shelldon.toolbox.toolbox import LiveSource, Staged, Toolbox, ToolboxError
 from shelldon.worker.zygote import Zygote
 
@@ -84,9 +83,8 @@ class GateRunnerActor(WiredActor):
     def _fork_gate(
         self, staging: Path, private: Path, name: str, limits: GateLimits
     ) -> PendingGate:
-        """The gate's pytest, forked by the zygote (this process holds the transport's and the
-        broker's secrets: it never forks model-written code); it arrives on a watched
-        descriptor."""
+        """The gate's pytest, forked by the zygote (this process holds secrets: it never forks
+        model-written code); it arrives on a watched descriptor."""
         if self.zygote is None:
             raise SpawnError("no zygote to fork the gate: this process never forks")
         return self.zygote.begin_gate(staging, private, name, limits)
@@ -106,7 +104,9 @@ class GateRunnerActor(WiredActor):
         if report is None:
             return
         self.running = None
-        self._gated(job, staged, base, report)
+        assert self.settings is not None
+        proposal = Proposal(job.turn_id, job.chat_id, job.proposal, job.round)
+        self._run(promotion.gated(proposal, staged, base, report, self.settings.limits))
         self._next()
 
     def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: ActorAddress) -> None:
@@ -116,13 +116,6 @@ class GateRunnerActor(WiredActor):
         self._poll()
         if self.running is not None:
             self.wakeupAfter(dt.timedelta(seconds=0.2), payload=("gate", self.running[0].turn_id))
-
-    def _gated(
-        self, job: GateTool, staged: Staged, base: LiveSource | None, report: GateReport
-    ) -> None:
-        assert self.settings is not None
-        proposal = Proposal(job.turn_id, job.chat_id, job.proposal, job.round)
-        self._run(promotion.gated(proposal, staged, base, report, self.settings.limits))
 
     def receiveMsg_RoutePromotion(self, msg: RoutePromotion, sender: ActorAddress) -> None:
         assert self.store is not None
@@ -154,10 +147,10 @@ class GateRunnerActor(WiredActor):
                     test=p.test,
                     replaces_hash=p.replaces_hash,
                 )
-                self._ask(p.ask)
+                self.send(self.peers["transport"], p.ask)
             case promotion.ParkRepair(offer, summary, ttl_s, ask):
                 store.parked.park_repair(offer, summary, now, ttl_s)
-                self._ask(ask)
+                self.send(self.peers["transport"], ask)
             case RecordReply(chat_id, text):
                 store.conversation.append(chat_id, "assistant", text, now)
             case promotion.Refuse(chat_id, text, output):
@@ -180,8 +173,8 @@ class GateRunnerActor(WiredActor):
                 self._run(promotion.promoted(decision, p), decision)
             case promotion.ResetStrikes(name):
                 store.tools.reset_strikes(name)
-            case SettleTap(tapped, outcome, final):
-                self.send(self.peers["transport"], SettleTap(tapped, outcome, final))
+            case SettleTap():
+                self.send(self.peers["transport"], effect)
 
     def receiveMsg_QuarantineDue(self, msg: QuarantineDue, sender: ActorAddress) -> None:
         assert self.store is not None and self.selfcode is not None
@@ -198,9 +191,6 @@ class GateRunnerActor(WiredActor):
         if self.running is not None:
             self.running[1].kill()
             self.running = None
-
-    def _ask(self, ask: AskOwner) -> None:
-        self.send(self.peers["transport"], ask)
 
     def _tell(self, chat_id: int, text: str, pre_output: str = "", kind: str = "") -> None:
         if pre_output:

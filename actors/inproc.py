@@ -5,14 +5,10 @@ pages each on 3.11), and every message is pickled over TCP (~1-4 ms a hop). On a
 process is what fits the budget. ``simpleSystemBase`` alone cannot serve: it runs actors only
 inside ``ask``/``tell``/``listen``, sleeps through its wake-ups, and has no ``ThespianWatch``.
 
-``Driver`` supplies the missing loop. Each ``step`` delivers every pending message and due
-wake-up, then ``poll``s the descriptors the actors watch, the descriptors the owner of the loop
-added (``add_reader``) and a wake pipe, sleeping no longer than the next wake-up. An actor
-watches as on Thespian's multiprocess bases, by returning ``ThespianWatch(fds)`` from
-``receiveMessage`` (the list holds until its next message); a readable descriptor becomes a
-``WatchMessage``.
-Other threads never touch the actor system: ``call`` runs a function on the loop's thread and
-hands back its result.
+``Driver`` supplies the missing loop. An actor watches as on the multiprocess bases, by
+returning ``ThespianWatch(fds)`` from ``receiveMessage`` (the list holds until its next
+message); a readable descriptor becomes a ``WatchMessage``. Other threads never touch the actor
+system: ``call`` runs a function on the loop's thread.
 
 ``poll`` (not epoll) on purpose: it keeps no kernel state, so a descriptor number that an actor
 closed and reused for a new worker channel within one batch of messages is simply watched anew.
@@ -33,8 +29,9 @@ from concurrent.futures import Future
 from typing import Any
 
 import structlog
-from thespian.actors import ThespianWatch, WatchMessage
-from thespian.system import isInternalActorSystemMessage
+from thespian.actors import ActorExitRequest, ThespianWatch, WatchMessage
+from thespian.system import isInternalActorSystemMessage, simpleSystemBase
+from thespian.system.timing import ExpirationTimer
 
 log = structlog.get_logger(__name__)
 
@@ -43,25 +40,11 @@ _READABLE = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR | s
 MAX_SLEEP_S = 1.0
 
 
-def _honour_thespian_watch() -> None:
-    """Keep what each actor's ``receiveMessage`` returns when it is a ``ThespianWatch``.
-
-    simpleSystemBase calls every actor through ``actor_base_receive`` (bound when the actor is
-    created) and drops the return value; this keeps the watch list on the actor instead.
-    """
-    from thespian.system import simpleSystemBase
-
-    if getattr(simpleSystemBase.actor_base_receive, "keeps_watch", False):
-        return
-
-    def actor_base_receive(instance: Any, msg: Any, sender: Any) -> None:
-        result = instance.receiveMessage(msg, sender)
-        instance._shelldon_watch = (
-            tuple(result.filenos) if isinstance(result, ThespianWatch) else ()
-        )
-
-    actor_base_receive.keeps_watch = True  # type: ignore[attr-defined]
-    simpleSystemBase.actor_base_receive = actor_base_receive
+def _receive_keeping_watch(instance: Any, msg: Any, sender: Any) -> None:
+    """simpleSystemBase's ``actor_base_receive``, keeping a ``ThespianWatch`` that the actor's
+    ``receiveMessage`` returns (the original drops the return value)."""
+    result = instance.receiveMessage(msg, sender)
+    instance._shelldon_watch = tuple(result.filenos) if isinstance(result, ThespianWatch) else ()
 
 
 class _WakeupHeap:
@@ -75,28 +58,21 @@ class _WakeupHeap:
     """
 
     def __init__(self, base: Any) -> None:
-        from thespian.system.timing import ExpirationTimer
-
-        self._timer = ExpirationTimer
+        assert not base._wakeUps, "the Driver comes before the first actor and its wake-ups"
         self._heap: list[tuple[float, int, Any, Any, Any]] = []
         self._seq = 0
-        for address, timer, payload in base._wakeUps:
-            self._push(address, timer, payload)
-        base._wakeUps = []
         base._add_wakeup = self.add
         base._pop_expired_wakeups = self.pop_expired
         base._next_wakeup = self.next_due
         base.add_wakeups_to_status = self.add_to_status
 
-    def _push(self, address: Any, timer: Any, payload: Any) -> None:
-        self._seq += 1
-        at = timer._time_to_quit
-        heapq.heappush(
-            self._heap, (math.inf if at is None else at, self._seq, address, timer, payload)
-        )
-
     def add(self, from_actor: Any, time_period: Any, payload: Any) -> None:
-        self._push(from_actor, self._timer(time_period), payload)
+        timer = ExpirationTimer(time_period)
+        at = timer._time_to_quit
+        self._seq += 1
+        heapq.heappush(
+            self._heap, (math.inf if at is None else at, self._seq, from_actor, timer, payload)
+        )
 
     def pop_expired(self, now: float) -> list[tuple[Any, Any, Any]]:
         due = []
@@ -118,20 +94,20 @@ class Driver:
     the first actor."""
 
     def __init__(self, system: Any) -> None:
-        _honour_thespian_watch()
+        # Each actor binds actor_base_receive when it is created.
+        simpleSystemBase.actor_base_receive = _receive_keeping_watch
         self.system = system
         self._base = system._systemBase
         _WakeupHeap(self._base)
-        self._wake_r, self._wake_w = os.pipe()
+        # wake_fd: also what ``signal.set_wakeup_fd`` gets, so a signal ends the sleep.
+        self._wake_r, self.wake_fd = os.pipe()
         os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        os.set_blocking(self.wake_fd, False)
         self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
         self._readers: dict[int, Callable[[], None]] = {}
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._owner = threading.get_ident()
-
-    # ------------------------------------------------------------------ the loop
 
     def run_pending(self) -> None:
         """Deliver every pending message and every wake-up that is due."""
@@ -162,7 +138,8 @@ class Driver:
         poller.register(self._wake_r, select.POLLIN)
         for fd in (*watched, *self._readers):
             poller.register(fd, select.POLLIN | select.POLLPRI)
-        sleep_s = 0.0 if self._has_work() else self._sleep_s(timeout)
+        busy = self._base._pendingSends or not self._calls.empty()
+        sleep_s = 0.0 if busy else self._sleep_s(timeout)
         try:
             events = poller.poll(sleep_s * 1000)
         except InterruptedError:  # pragma: no cover - PEP 475 retries; a raising handler lands here
@@ -187,24 +164,10 @@ class Driver:
         self._run_calls()
         self.run_pending()
 
-    def _has_work(self) -> bool:
-        return bool(self._base._pendingSends) or not self._calls.empty()
-
-    def run(self, until: Callable[[], bool], *, timeout: float = MAX_SLEEP_S) -> None:
-        """Step until ``until()`` is true (checked after every step)."""
-        while not until():
-            self.step(timeout)
-
-    # ------------------------------------------------------------------ other threads
-
     def wake(self) -> None:
         """Cut the current sleep short (safe from any thread and from signal handlers)."""
         with contextlib.suppress(BlockingIOError, OSError):
-            os.write(self._wake_w, b"!")
-
-    def wake_fd(self) -> int:
-        """A descriptor to hand to ``signal.set_wakeup_fd`` so a signal ends the sleep."""
-        return self._wake_w
+            os.write(self.wake_fd, b"!")
 
     def call(self, fn: Callable[[], Any], timeout: float = 10.0) -> Any:
         """Run ``fn`` on the loop's thread (at once if on that thread); return its result."""
@@ -226,8 +189,6 @@ class Driver:
                 fn, future = self._calls.get_nowait()
             except queue.Empty:
                 return
-            if not future.set_running_or_notify_cancel():
-                continue
             try:
                 future.set_result(fn())
             except BaseException as exc:  # handed to the caller, who re-raises it
@@ -237,23 +198,15 @@ class Driver:
         """Call ``callback`` on the loop's thread whenever ``fd`` is readable."""
         self._readers[fd] = callback
 
-    # ------------------------------------------------------------------ a loop in a thread
-
     def start_thread(self, name: str = "actors") -> None:
-        """Run the loop in a daemon thread (tests and embedders); ``stop_thread`` ends it."""
+        """Run the loop in a daemon thread (tests and embedders); ``close`` ends it."""
         self._stopping = False
-        self._thread = threading.Thread(
-            target=self.run, args=(lambda: self._stopping,), name=name, daemon=True
-        )
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
-    def stop_thread(self, timeout: float = 5.0) -> None:
-        if self._thread is None:
-            return
-        self._stopping = True
-        self.wake()
-        self._thread.join(timeout)
-        self._thread = None
+    def _loop(self) -> None:
+        while not self._stopping:
+            self.step()
 
     def ask(self, address: Any, message: Any, timeout: float = 10.0) -> Any:
         """Ask an actor from any thread; the answer, or None past ``timeout``.
@@ -283,18 +236,13 @@ class Driver:
 
     def tell(self, address: Any, message: Any) -> None:
         """Send a message from any thread."""
-        if threading.get_ident() != self._loop_ident():
-            self.call(lambda: self.system.tell(address, message))
-            return
-        self.system.tell(address, message)
+        self.call(lambda: self.system.tell(address, message))
 
     def shutdown(self, root: Any, timeout_s: float = 3.0) -> None:
         """Stop the actors under ``root`` (None: none was created), on the loop's thread: its
         ``ActorExitRequest`` cascades to its children, whose handlers close their threads,
         workers and gate runs; delivered until nothing is pending or ``timeout_s`` has passed.
         Best effort: a failure is logged, never raised (the caller is stopping anyway)."""
-        from thespian.actors import ActorExitRequest
-
         if root is None:
             return
         try:
@@ -306,7 +254,11 @@ class Driver:
             log.exception("actors_stop_failed")
 
     def close(self) -> None:
-        self.stop_thread()
-        for fd in (self._wake_r, self._wake_w):
+        if self._thread is not None:
+            self._stopping = True
+            self.wake()
+            self._thread.join(5.0)
+            self._thread = None
+        for fd in (self._wake_r, self.wake_fd):
             with contextlib.suppress(OSError):
                 os.close(fd)

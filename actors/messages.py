@@ -23,10 +23,8 @@ from shelldon.contracts import (
     TurnRequest,
 )
 
-# The rules' effects that are one message to one peer travel as they are, from
-# ``shelldon.rules.effects``: to the transport Say, AskOwner, SettleTap, ExpireCard and NowIdle; to
-# the gate runner RoutePromotion; to the turn actor Resume; to the strike ledger Strike; the
-# arbiter's own TakeParked.
+# The rules' effects that are one message to one peer (``shelldon.rules.effects``: Say, Strike,
+# Resume…) travel as they are: ``actors.arbiter.SENDS`` lists them with their peer.
 
 
 @dataclass(frozen=True, slots=True)

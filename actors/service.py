@@ -58,22 +58,17 @@ def run_service(
         from shelldon.worker.zygote import Zygote
 
         zygote = Zygote.start(settings)
+    fds = (console.in_fd, console.out_fd, console.done_w) if console else ()
     try:
-        return _serve(settings, transport, console, story, auto_yes, zygote)
+        return _serve(Boot(settings, transport, fds, story, auto_yes, zygote), console)
     finally:
         zygote.stop()
 
 
-def _serve(
-    settings: Settings,
-    transport: str,
-    console: Console | None,
-    story: tuple[tuple[str, bool], ...],
-    auto_yes: bool,
-    zygote: Zygote,
-) -> int:
+def _serve(boot: Boot, console: Console | None) -> int:
     from actors.supervisor import SupervisorActor
 
+    settings, transport = boot.settings, boot.transport
     # Before the actor system forks: only this process speaks to systemd.
     notifier = Notifier.from_environ()
     notifier.status("starting the actors")
@@ -105,18 +100,15 @@ def _serve(
     # (and copy) every page the zygote still shares with this process.
     gc.collect()
     gc.freeze()
-    running = start_actor_system()
-    driver = Driver(running.system)
+    system = start_actor_system()
+    driver = Driver(system)
     # A stop signal must end the driver's sleep at once, not at its next wake-up.
-    wakeup_fd = signal.set_wakeup_fd(driver.wake_fd())
+    wakeup_fd = signal.set_wakeup_fd(driver.wake_fd)
     supervisor = None
     status = 1
     try:
-        asys = running.system
-        supervisor = asys.createActor(SupervisorActor)
-        fds = (console.in_fd, console.out_fd, console.done_w) if console else ()
-        boot = Boot(settings, transport, fds, story, auto_yes, zygote)
-        reply = ask(driver, supervisor, boot)
+        supervisor = system.createActor(SupervisorActor)
+        reply = driver.ask(supervisor, boot, ASK_TIMEOUT_S)
         if not isinstance(reply, Status) or not reply.ready:
             log.error("service_not_ready", reply=repr(reply))
             return 1
@@ -130,16 +122,11 @@ def _serve(
         driver.shutdown(supervisor)
         signal.set_wakeup_fd(wakeup_fd)
         driver.close()
-        stop_actor_system(running)
+        stop_actor_system(system)
         notifier.close()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return status
-
-
-def ask(driver: Driver, address: Any, message: Any) -> Any:
-    """Ask an actor and wait for its answer, the loop running meanwhile."""
-    return driver.ask(address, message, ASK_TIMEOUT_S)
 
 
 def health_every_s(watchdog_s: float | None) -> float:
@@ -159,17 +146,18 @@ def _wait(
 ) -> int:
     every = health_every_s(notifier.watchdog_s)
     polling = False
-    next_health = time.monotonic()
     done: dict[str, int | None] = {"console": None}
 
     def console_done() -> None:
         assert console is not None
-        done["console"] = console_status(os.read(console.done_r, 16))
+        # An end nobody announced (a transport that died) is a failure.
+        done["console"] = 0 if os.read(console.done_r, 16) == CONSOLE_DONE else 1
 
     if console is not None:
         driver.add_reader(console.done_r, console_done)
     while not stop["signal"]:
-        # The actors run here, in this thread, until it is time for a health check.
+        # The actors run here, in this thread, until it is time for a health check (every
+        # tick until the transport polls: READY=1 should follow it closely).
         until = time.monotonic() + (every if polling else min(0.2, every))
         while not stop["signal"] and done["console"] is None and time.monotonic() < until:
             driver.step(max(0.0, until - time.monotonic()))
@@ -177,11 +165,7 @@ def _wait(
             return done["console"]
         if stop["signal"]:
             break
-        # Until the transport polls, ask every tick: READY=1 should follow it closely.
-        if polling and time.monotonic() < next_health:
-            continue
-        next_health = time.monotonic() + every
-        status = ask(driver, supervisor, Ping())
+        status = driver.ask(supervisor, Ping(), ASK_TIMEOUT_S)
         if isinstance(status, Status) and status.fatal:
             log.error("service_stopping_fatal", reason=status.fatal)
             return status.exit_status or 1
@@ -198,12 +182,6 @@ def _wait(
             log.info("service_polling", watchdog_s=notifier.watchdog_s, health_every_s=every)
     log.info("service_stopping", signal=stop["signal"])
     return stopped_status(stop["signal"])
-
-
-def console_status(said: bytes) -> int:
-    """The exit status a console session's end asks for (an end nobody announced, such as a
-    transport that died, is a failure)."""
-    return 0 if said == CONSOLE_DONE else 1
 
 
 def stopped_status(signum: int) -> int:

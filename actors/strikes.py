@@ -8,13 +8,9 @@ import time
 import structlog
 from thespian.actors import ActorAddress
 
-from actors.messages import (
-    QuarantineDue,
-)
+from actors.messages import QuarantineDue
 from actors.wired import WiredActor
-from shelldon.rules.effects import (
-    Strike,
-)
+from shelldon.rules.effects import Strike
 from shelldon.rules.strikes import quarantine_due, struck
 
 log = structlog.get_logger(__name__)

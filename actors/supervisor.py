@@ -42,10 +42,8 @@ MAX_BACKOFF_S = 30.0
 
 
 class SupervisorActor(ContractActor):
-    """Root of the tree: starts, wires and restarts the others, and answers health pings. It
-    does not crash itself on a handler's error: it is what restarts the others (its own
-    failures are logged; a wedged supervisor stops the watchdog and systemd restarts the
-    service)."""
+    """Never crashes on a handler's error: it is what restarts the others (its own failures
+    are logged; a wedged supervisor stops the watchdog and systemd restarts the service)."""
 
     crash_on_error = False
 
@@ -59,35 +57,22 @@ class SupervisorActor(ContractActor):
         self.polling = False
 
     def receiveMsg_Boot(self, msg: Boot, sender: ActorAddress) -> None:
-        if self.boot is not None:
-            self.send(sender, self._status())
-            return
-        self.boot = msg
-        for role, cls in ROLES.items():
-            self.children[role] = self.createActor(cls)
-        self._wire_all()
-        log.info("service_started", actors=len(self.children), transport=msg.transport)
+        if self.boot is None:  # a second Boot is only answered
+            self.boot = msg
+            for role, cls in ROLES.items():
+                self.children[role] = self.createActor(cls)
+            self._wire_all()
+            log.info("service_started", actors=len(self.children), transport=msg.transport)
         self.send(sender, self._status())
 
     def _wire_all(self, *, fresh: bool = True) -> None:
-        assert self.boot is not None
+        b = self.boot
+        assert b is not None
         peers = {**self.children, "supervisor": self.myAddress}
         for role, address in self.children.items():
-            self.send(address, self._wire(peers, role, fresh))
-
-    def _wire(self, peers: dict[str, Any], role: str, fresh: bool) -> Wire:
-        assert self.boot is not None
-        b = self.boot
-        return Wire(
-            b.settings,
-            peers,
-            b.transport,
-            b.console_fds if role == "transport" else (),
-            b.story,
-            b.auto_yes,
-            fresh,
-            b.zygote,
-        )
+            fds = b.console_fds if role == "transport" else ()
+            wire = Wire(b.settings, peers, b.transport, fds, b.story, b.auto_yes, fresh, b.zygote)
+            self.send(address, wire)
 
     def _status(self) -> Status:
         fatal = self.fatal
@@ -119,13 +104,12 @@ class SupervisorActor(ContractActor):
         self.restarts[role] = count + 1
         delay = min(MAX_BACKOFF_S, 0.1 * (2 ** min(count, 8)))
         log.error("actor_died", role=role, restarts=count + 1, restart_in_s=delay)
-        self.wakeupAfter(dt.timedelta(seconds=delay), payload=("restart", role))
+        self.wakeupAfter(dt.timedelta(seconds=delay), payload=role)
 
     def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: ActorAddress) -> None:
-        payload = msg.payload
-        if not (isinstance(payload, tuple) and payload[0] == "restart") or self.stopping:
+        if self.stopping:
             return
-        role = payload[1]
+        role = msg.payload  # the only wake-up it arms: a restart
         self.children[role] = self.createActor(ROLES[role])
         self._wire_all(fresh=False)
         for peer, address in self.children.items():

@@ -2,55 +2,30 @@
 
 The base is Thespian's ``simpleSystemBase``, driven by ``actors.inproc.Driver`` (messages,
 wake-ups, watched descriptors). It opens no socket and pickles nothing; workers are forked by
-the zygote, never by this process. ``start_actor_system`` returns a ``RunningSystem`` handle,
-``stop_actor_system`` shuts it down within the timeout.
+the zygote, never by this process.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import structlog
+from thespian.actors import ActorSystem
 
 log = structlog.get_logger(__name__)
 
 BASE = "simpleSystemBase"
 """The one actor-system base: all actors in the service's process."""
 
-STOP_TIMEOUT_S = 5.0
-
 
 class ActorSystemError(RuntimeError):
     """The actor system could not start; the message says what to do."""
 
 
-@dataclass(frozen=True, slots=True)
-class RunningSystem:
-    """A started actor system: the Thespian ``ActorSystem`` to talk to."""
-
-    system: Any
-    base: str = BASE
-
-    def __enter__(self) -> RunningSystem:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        stop_actor_system(self)
-
-
-def start_actor_system() -> RunningSystem:
-    """Start a fresh in-process actor system and return its handle."""
-    from thespian.actors import ActorSystem
-
+def start_actor_system() -> Any:
+    """Start a fresh in-process Thespian ``ActorSystem`` and return it."""
     started = time.monotonic()
     try:
         # transientUnique: never hand back an earlier system (Thespian's singleton).
@@ -58,7 +33,7 @@ def start_actor_system() -> RunningSystem:
     except Exception as exc:
         raise ActorSystemError(f"actor system ({BASE}) did not start: {exc}") from exc
     log.info("actor_system_started", base=BASE, ms=round((time.monotonic() - started) * 1000, 1))
-    return RunningSystem(system)
+    return system
 
 
 def _shutdown_quietly(system: Any) -> None:
@@ -68,13 +43,13 @@ def _shutdown_quietly(system: Any) -> None:
         log.exception("actor_system_shutdown_failed")
 
 
-def stop_actor_system(running: RunningSystem, *, timeout_s: float = STOP_TIMEOUT_S) -> None:
+def stop_actor_system(system: Any, *, timeout_s: float = 5.0) -> None:
     """Shut the system down, waiting at most ``timeout_s`` (a handler stuck past it is logged;
     the process is about to exit anyway)."""
-    stopper = threading.Thread(target=_shutdown_quietly, args=(running.system,), daemon=True)
+    stopper = threading.Thread(target=_shutdown_quietly, args=(system,), daemon=True)
     stopper.start()
     stopper.join(timeout_s)
     if stopper.is_alive():
         log.warning("actor_system_stop_timed_out", timeout_s=timeout_s)
         return
-    log.info("actor_system_stopped", base=running.base)
+    log.info("actor_system_stopped", base=BASE)

@@ -28,9 +28,7 @@ from actors.wired import WiredActor
 from shelldon.contracts import Result, ResumeRequest, TurnRequest
 from shelldon.proc.child import SpawnError
 from shelldon.proc.oom import death_kind, oom_baseline
-from shelldon.rules.effects import (
-    Resume,
-)
+from shelldon.rules.effects import Resume
 from shelldon.rules.exits import AwaitedExit, Verdict, next_wake
 from shelldon.rules.turnwatch import (
     Finished,
@@ -79,24 +77,21 @@ class TurnActor(WiredActor):
         self.zygote = msg.zygote
 
     def receiveMsg_StartTurn(self, msg: StartTurn, sender: ActorAddress) -> None:
-        req = msg.request
-        self._start(req.turn_id, req.chat_id, req.source, req)
+        self._start(msg.request, msg.request.source)
 
     def receiveMsg_Resume(self, msg: Resume, sender: ActorAddress) -> None:
-        req = msg.request
-        self._start(req.turn_id, req.chat_id, "owner", req)
+        self._start(msg.request, "owner")
 
-    def _start(
-        self, turn_id: str, chat_id: int, source: str, request: TurnRequest | ResumeRequest
-    ) -> None:
+    def _start(self, request: TurnRequest | ResumeRequest, source: str) -> None:
         """Ask the zygote for the turn's worker (this process holds the transport's and the
         broker's secrets: it never forks); it arrives on a watched descriptor."""
+        turn_id = request.turn_id
         if self.handle is not None or self.pending is not None:
             running = self.handle.turn_id if self.handle is not None else "(starting)"
             log.error("turn_while_busy", running=running, refused=turn_id)
-            self._report(chat_id, source, apology(turn_id, "crash"))
+            self._report(request.chat_id, source, apology(turn_id, "crash"))
             return
-        self.chat_id, self.source, self.started = chat_id, source, time.monotonic()
+        self.chat_id, self.source, self.started = request.chat_id, source, time.monotonic()
         self.note = ""
         try:
             if self.zygote is None:
@@ -108,9 +103,7 @@ class TurnActor(WiredActor):
         self.watch(self.pending.fileno())
         self.wakeupAfter(dt.timedelta(seconds=REQUEST_TIMEOUT_S), payload=("spawn", turn_id))
 
-    def _spawned(self) -> None:
-        pending = self.pending
-        assert pending is not None
+    def _spawned(self, pending: PendingSpawn[ZygoteWorkerHandle]) -> None:
         try:
             handle = pending.poll()
         except SpawnError as exc:
@@ -149,14 +142,14 @@ class TurnActor(WiredActor):
         self.watch(handle.fileno())
         self.wakeupAfter(
             dt.timedelta(seconds=max(0.0, handle.deadline + lim.kill_grace_s - time.monotonic())),
-            payload=handle.turn_id,
+            payload=("deadline", handle.turn_id),
         )
         # A turn that answers within a second needs no "typing…"; a longer one shows it.
         self.wakeupAfter(dt.timedelta(seconds=TYPING_AFTER_S), payload=("typing", handle.turn_id))
 
     def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: ActorAddress) -> None:
         if self.pending is not None and self.pending.fileno() in msg.ready:
-            self._spawned()
+            self._spawned(self.pending)
         if any(e.fd in msg.ready for e in self.exiting):
             self._look_at_exiting()
         handle, turnwatch = self.handle, self.turnwatch
@@ -200,12 +193,11 @@ class TurnActor(WiredActor):
             self._end(self._apology(kind), kill=True)
 
     def receiveMsg_JobAnswer(self, msg: JobAnswer, sender: ActorAddress) -> None:
-        handle = self.handle
-        if handle is None or msg.turn_id != handle.turn_id:
+        handle, turnwatch = self.handle, self.turnwatch
+        if handle is None or turnwatch is None or msg.turn_id != handle.turn_id:
             log.info("late_job_answer_dropped", turn_id=msg.turn_id)
             return
-        if self.turnwatch is not None:
-            self.turnwatch.on_answer(msg.answer)
+        turnwatch.on_answer(msg.answer)
         self.note = self.note or msg.note
         try:
             handle.send(msg.answer)
@@ -213,13 +205,11 @@ class TurnActor(WiredActor):
             log.warning("worker_channel_broken", turn_id=handle.turn_id, error=str(exc))
             self._end(self._apology("crash"), kill=True)
 
-    def _typing(self) -> None:
+    def _typing(self, turn_id: str) -> None:
         """Show "typing…" while the worker runs (Telegram shows it for about five seconds)."""
-        if self.handle is not None and self.chat_id and "transport" in self.peers:
+        if self.chat_id:
             self.send(self.peers["transport"], Typing(self.chat_id))
-            self.wakeupAfter(
-                dt.timedelta(seconds=TYPING_REFRESH_S), payload=("typing", self.handle.turn_id)
-            )
+            self.wakeupAfter(dt.timedelta(seconds=TYPING_REFRESH_S), payload=("typing", turn_id))
 
     def _await_exit(self, handle: Worker, *, killed: bool) -> None:
         """Watch for ``handle``'s exit; close it once reported."""
@@ -236,7 +226,7 @@ class TurnActor(WiredActor):
         awaited = [e.awaited for e in self.exiting]
         wait = next_wake(awaited, now, all_watched=all(e.fd >= 0 for e in self.exiting))
         if wait is not None:
-            self.wakeupAfter(dt.timedelta(seconds=wait), payload=("reap",))
+            self.wakeupAfter(dt.timedelta(seconds=wait), payload=("reap", ""))
 
     def _look_at_exiting(self, *, from_wakeup: bool = False) -> None:
         """Close each worker whose exit is in; kill one past its grace; let go of one past
@@ -261,24 +251,22 @@ class TurnActor(WiredActor):
             self._wake_for_exits(now)
 
     def receiveMsg_WakeupMessage(self, msg: WakeupMessage, sender: ActorAddress) -> None:
-        if msg.payload == ("reap",):
+        kind, turn_id = msg.payload
+        pending, handle, turnwatch = self.pending, self.handle, self.turnwatch
+        if kind == "reap":
             self._look_at_exiting(from_wakeup=True)
-            return
-        pending = self.pending
-        if pending is not None and msg.payload == ("spawn", pending.turn_id):
-            if self.zygote is not None:
-                self.zygote.abandon(
-                    f"no worker for turn {pending.turn_id} in {REQUEST_TIMEOUT_S} s"
-                )
-            self._spawn_failed(pending.turn_id, SpawnError("the zygote did not answer"))
-            return
-        if isinstance(msg.payload, tuple):
-            if self.handle is not None and msg.payload == ("typing", self.handle.turn_id):
-                self._typing()
-            return
-        handle, turnwatch = self.handle, self.turnwatch
-        if handle is None or turnwatch is None or msg.payload != handle.turn_id:
-            return
+        elif kind == "spawn" and pending is not None and pending.turn_id == turn_id:
+            assert self.zygote is not None  # it was asked for this worker
+            self.zygote.abandon(f"no worker for turn {turn_id} in {REQUEST_TIMEOUT_S} s")
+            self._spawn_failed(turn_id, SpawnError("the zygote did not answer"))
+        elif handle is None or turnwatch is None or handle.turn_id != turn_id:
+            return  # the turn is over (Thespian cannot cancel a wake-up)
+        elif kind == "typing":
+            self._typing(turn_id)
+        elif kind == "deadline":
+            self._deadline(handle, turnwatch)
+
+    def _deadline(self, handle: Worker, turnwatch: TurnWatch) -> None:
         if turnwatch.overdue(time.monotonic()):
             log.warning(
                 "worker_overran_deadline",
@@ -289,7 +277,8 @@ class TurnActor(WiredActor):
             self._end(self._apology("timeout"), kill=True)
         else:
             remaining = handle.deadline + turnwatch.grace_s - time.monotonic()
-            self.wakeupAfter(dt.timedelta(seconds=max(0.05, remaining)), payload=handle.turn_id)
+            wait = dt.timedelta(seconds=max(0.05, remaining))
+            self.wakeupAfter(wait, payload=("deadline", handle.turn_id))
 
     def receiveMsg_ActorExitRequest(self, msg: ActorExitRequest, sender: ActorAddress) -> None:
         # Killed and let go, not awaited: the zygote reaps them (and sweeps their cgroups).
@@ -334,6 +323,6 @@ class TurnActor(WiredActor):
         self._report(self.chat_id, self.source, result, self.note)
 
     def _report(self, chat_id: int, source: str, result: Result, note: str = "") -> None:
-        if "broker" in self.peers:  # the photos lent to the turn are dropped
-            self.send(self.peers["broker"], TurnClosed(result.turn_id))
+        # The photos lent to the turn are dropped.
+        self.send(self.peers["broker"], TurnClosed(result.turn_id))
         self.send(self.peers["arbiter"], TurnEnded(chat_id, result, source, note))

@@ -145,19 +145,19 @@ def _free_port() -> int:
 def _measure_one(base: str) -> dict[str, Any]:
     port = _free_port()
     started = time.monotonic()
-    running: Any = None
+    inproc = False
     if base == "simpleSystemBase":
         from actors.system import start_actor_system
 
-        running = start_actor_system()
-        system = running.system
+        system = start_actor_system()
+        inproc = True
     else:
         from thespian.actors import ActorSystem
 
         system = ActorSystem(base, {"Admin Port": port}, transientUnique=True)
     ready_ms = (time.monotonic() - started) * 1000
     ask = system.ask
-    if running is not None:
+    if inproc:
         # shelldon's event loop for this base (actors/inproc.py): watches, wake-ups, asks.
         from actors.inproc import Driver
 
@@ -170,7 +170,7 @@ def _measure_one(base: str) -> dict[str, Any]:
         actors_ms = (time.monotonic() - started) * 1000
         time.sleep(1.0)  # idle
         # The Admin's children inherit its listener: take them all with their trees.
-        pids = set() if running else proctree.with_descendants(proctree.listeners_on_port(port))
+        pids = set() if inproc else proctree.with_descendants(proctree.listeners_on_port(port))
         # The in-process base has no processes of its own: the starter is the whole system.
         starter_kib = proctree.pss_kib([os.getpid()]) if pids else 0
         system_kib = proctree.pss_kib(pids or [os.getpid()])
@@ -192,10 +192,10 @@ def _measure_one(base: str) -> dict[str, Any]:
             "log_event_ms": (log_cost or 0.0) * 1000,
         }
     finally:
-        if running is not None:
+        if inproc:
             from actors.system import stop_actor_system
 
-            stop_actor_system(running)
+            stop_actor_system(system)
         else:
             system.shutdown()
 

@@ -43,9 +43,9 @@ class Looped:
 def running() -> Iterator[Looped]:
     """The in-process system and its driver, stopped even if the test fails."""
     system = start_actor_system()
-    driver = Driver(system.system)
+    driver = Driver(system)
     try:
-        yield Looped(system.system, driver)
+        yield Looped(system, driver)
     finally:
         driver.close()
         stop_actor_system(system)

@@ -10,13 +10,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from thespian.actors import ActorAddress, WakeupMessage, WatchMessage
 
 from actors.base import ContractActor
 from actors.inproc import Driver
-from actors.system import RunningSystem, start_actor_system, stop_actor_system
+from actors.system import start_actor_system, stop_actor_system
 from tests.integration.actors.messages import Calls, CountCalls, Explode, Watched, WatchPipe
 from tests.integration.actors.probes import ProbeActor
 
@@ -114,22 +115,22 @@ class TimerActor(ContractActor):
 
 
 @pytest.fixture
-def looped() -> Iterator[tuple[RunningSystem, Driver]]:
-    running = start_actor_system()
-    driver = Driver(running.system)
+def looped() -> Iterator[tuple[Any, Driver]]:
+    system = start_actor_system()
+    driver = Driver(system)
     driver.start_thread("test-loop")
     try:
-        yield running, driver
+        yield system, driver
     finally:
         driver.close()
-        stop_actor_system(running)
+        stop_actor_system(system)
 
 
 def test_a_watched_pipe_is_delivered_as_watch_messages(
-    looped: tuple[RunningSystem, Driver],
+    looped: tuple[Any, Driver],
 ) -> None:
-    running, driver = looped
-    probe = driver.call(lambda: running.system.createActor(ProbeActor))
+    system, driver = looped
+    probe = driver.call(lambda: system.createActor(ProbeActor))
     data = os.urandom(20_000)  # more than one read: several WatchMessages, then EOF
 
     reply = driver.ask(probe, WatchPipe(data), 5)
@@ -139,10 +140,10 @@ def test_a_watched_pipe_is_delivered_as_watch_messages(
 
 
 def test_a_descriptor_number_reused_within_one_handler_is_still_watched(
-    looped: tuple[RunningSystem, Driver],
+    looped: tuple[Any, Driver],
 ) -> None:
-    running, driver = looped
-    timer = driver.call(lambda: running.system.createActor(TimerActor))
+    system, driver = looped
+    timer = driver.call(lambda: system.createActor(TimerActor))
 
     reply = driver.ask(timer, Swap(b"second pipe"), 5)
 
@@ -151,10 +152,10 @@ def test_a_descriptor_number_reused_within_one_handler_is_still_watched(
 
 @pytest.mark.parametrize("seconds", [0.05, 0.3])
 def test_wakeups_fire_on_time_on_the_loop_thread(
-    looped: tuple[RunningSystem, Driver], seconds: float
+    looped: tuple[Any, Driver], seconds: float
 ) -> None:
-    running, driver = looped
-    timer = driver.call(lambda: running.system.createActor(TimerActor))
+    system, driver = looped
+    timer = driver.call(lambda: system.createActor(TimerActor))
     loop_thread = driver.call(threading.get_ident)
 
     reply = driver.ask(timer, Arm(seconds), 5)
@@ -165,10 +166,10 @@ def test_wakeups_fire_on_time_on_the_loop_thread(
 
 
 def test_wakeups_fire_in_deadline_order_whatever_the_order_they_were_armed_in(
-    looped: tuple[RunningSystem, Driver],
+    looped: tuple[Any, Driver],
 ) -> None:
-    running, driver = looped
-    actor = driver.call(lambda: running.system.createActor(OrderActor))
+    system, driver = looped
+    actor = driver.call(lambda: system.createActor(OrderActor))
     # Hundreds of pending wake-ups (as a busy TurnActor leaves behind) and one an hour away.
     # Distinct delays are 5 ms apart: wider than the time it takes to arm them all.
     seconds = (*(0.05 + (i * 37 % 60) * 0.005 for i in range(300)), 3600.0)
@@ -182,11 +183,11 @@ def test_wakeups_fire_in_deadline_order_whatever_the_order_they_were_armed_in(
 
 
 def test_a_handler_that_raises_runs_once_and_the_loop_goes_on(
-    looped: tuple[RunningSystem, Driver],
+    looped: tuple[Any, Driver],
 ) -> None:
-    running, driver = looped
-    probe = driver.call(lambda: running.system.createActor(ProbeActor))
-    other = driver.call(lambda: running.system.createActor(ProbeActor))
+    system, driver = looped
+    probe = driver.call(lambda: system.createActor(ProbeActor))
+    other = driver.call(lambda: system.createActor(ProbeActor))
 
     driver.tell(probe, Explode())
 
@@ -195,9 +196,9 @@ def test_a_handler_that_raises_runs_once_and_the_loop_goes_on(
 
 
 def test_call_runs_on_the_loop_thread_and_hands_back_errors(
-    looped: tuple[RunningSystem, Driver],
+    looped: tuple[Any, Driver],
 ) -> None:
-    _running, driver = looped
+    _system, driver = looped
 
     assert driver.call(threading.get_ident) != threading.get_ident()
     with pytest.raises(ZeroDivisionError):
@@ -205,8 +206,8 @@ def test_call_runs_on_the_loop_thread_and_hands_back_errors(
 
 
 def test_an_idle_loop_sleeps_and_wakes_on_demand() -> None:
-    running = start_actor_system()
-    driver = Driver(running.system)
+    system = start_actor_system()
+    driver = Driver(system)
     try:
         started = time.monotonic()
         driver.step(0.3)  # nothing pending, nothing due: sleeps the whole timeout
@@ -217,4 +218,4 @@ def test_an_idle_loop_sleeps_and_wakes_on_demand() -> None:
         assert time.monotonic() - started < 1.0
     finally:
         driver.close()
-        stop_actor_system(running)
+        stop_actor_system(system)

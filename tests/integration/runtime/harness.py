@@ -21,7 +21,7 @@ from typing import Any
 
 from actors.inproc import Driver
 from actors.messages import Boot, InboxChanged, Ping, Status
-from actors.system import RunningSystem, start_actor_system, stop_actor_system
+from actors.system import start_actor_system, stop_actor_system
 from shelldon.config import Settings, load_settings
 from shelldon.contracts import encode
 from shelldon.store import Store
@@ -141,11 +141,11 @@ class Service:
 
         self.zygote: Any = Zygote.start(self.settings)
         try:
-            self.running: RunningSystem = start_actor_system()
+            self.system: Any = start_actor_system()
         except BaseException:
             self._stop_zygote()
             raise
-        self.driver = Driver(self.running.system)
+        self.driver = Driver(self.system)
         try:
             from actors.supervisor import SupervisorActor
 
@@ -161,7 +161,6 @@ class Service:
                     self.settings.telegram, api_base=self.telegram.api_base, poll_timeout_s=2
                 )
                 self.settings = dataclasses.replace(self.settings, telegram=tg)
-            asys = self.running.system
             # Only the driver's thread touches the actor system (and the actors' sqlite).
             self.driver.start_thread("test-actors")
             kind = "telegram" if telegram else "console"
@@ -170,7 +169,7 @@ class Service:
             )
 
             def start() -> Status:
-                self.supervisor = asys.createActor(SupervisorActor)
+                self.supervisor = self.system.createActor(SupervisorActor)
                 return self.ask(self.supervisor, boot, 15)  # type: ignore[no-any-return]
 
             status = self.driver.call(start, 20)
@@ -268,7 +267,7 @@ class Service:
         with contextlib.suppress(Exception):
             driver.call(lambda: driver.shutdown(self.supervisor), 10)
         driver.close()
-        stop_actor_system(self.running)
+        stop_actor_system(self.system)
         self._stop_zygote()
         if self.telegram is not None:
             self.telegram.close()
