@@ -30,9 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from shelldon.toolbox.convention import parse_module, read_declaration
+from shelldon.toolbox.errors import StemError
 from shelldon.toolbox.manifest import ManifestEntry, build_manifest, code_hash
-from shelldon.toolbox.tool_files import ToolFileError, read_tool_bytes
-from shelldon.toolbox.toolbox import MAX_SOURCE_BYTES, StemError, Toolbox, normalize_stem
+from shelldon.toolbox.names import normalize_stem
+from shelldon.toolbox.tool_files import MAX_TOOL_BYTES, ToolFileError, read_tool_bytes
+from shelldon.toolbox.toolbox import Toolbox
 
 ARCHIVE_FORMAT = 1
 MANIFEST_MEMBER = "toolbox.json"
@@ -48,7 +50,7 @@ class ArchiveLimits:
 
     max_archive_bytes: int = 16 * 1024 * 1024
     max_uncompressed_bytes: int = 32 * 1024 * 1024
-    max_member_bytes: int = MAX_SOURCE_BYTES
+    max_member_bytes: int = MAX_TOOL_BYTES
     max_manifest_bytes: int = 1024 * 1024
     max_tools: int = 200
 

@@ -59,34 +59,17 @@ from shelldon.toolbox.view import LiveSource, Tampered, ToolboxView
 
 log = structlog.get_logger(__name__)
 
-__all__ = [
-    "MAX_SOURCE_BYTES",
-    "GateReport",
-    "GateRun",
-    "LiveSource",
-    "Retired",
-    "Toolbox",
-    "ToolboxError",
-    "Staged",
-    "StemError",
-    "Tampered",
-    "normalize_stem",
-]
-
-MAX_SOURCE_BYTES = MAX_TOOL_BYTES
+__all__ = ["LiveSource", "Staged", "StemError", "Toolbox", "ToolboxError", "normalize_stem"]
 
 
 @dataclass(frozen=True, slots=True)
 class Staged:
-    """A staged tool: its stem, the name the model asked for, its own staging directory with
-    both files, the bytes written there (what a passing gate parks) and the code's hash."""
+    """A staged tool: its stem, its module in its own staging directory, the bytes written
+    there (what a passing gate parks) and the code's hash."""
 
     name: str
-    requested: str
     tool_path: Path
-    test_path: Path
     code_hash: str
-    replaces: bool = False
     code: bytes = b""
     test: bytes = b""
 
@@ -140,9 +123,9 @@ class Toolbox(ToolboxView):
         stem = normalize_stem(name)
         data = {"code": _encode(code, "code"), "test": _encode(test, "test")}
         for what, blob in data.items():
-            if len(blob) > MAX_SOURCE_BYTES:
+            if len(blob) > MAX_TOOL_BYTES:
                 raise ToolboxError(
-                    f"the tool's {what} is {len(blob)} bytes; the limit is {MAX_SOURCE_BYTES} "
+                    f"the tool's {what} is {len(blob)} bytes; the limit is {MAX_TOOL_BYTES} "
                     "(64 KB): make it smaller"
                 )
         known = self.store.tools.approval(stem)
@@ -155,15 +138,11 @@ class Toolbox(ToolboxView):
         self._sweep_stale_gate_dirs()
         directory = Path(tempfile.mkdtemp(prefix=f"{stem}-", dir=self.staging_dir))
         tool_path = directory / f"{stem}.py"
-        test_path = directory / f"test_{stem}.py"
-        write_new(test_path, data["test"])
+        write_new(directory / f"test_{stem}.py", data["test"])
         write_new(tool_path, data["code"])
         digest = code_hash(data["code"])
-        staged = Staged(
-            stem, name, tool_path, test_path, digest, replace, data["code"], data["test"]
-        )
         log.info("tool_staged", tool=stem, code_hash=digest, replaces=replace)
-        return staged
+        return Staged(stem, tool_path, digest, data["code"], data["test"])
 
     def start_gate(self, staged: Staged, start: Launch | None = None) -> GateRun:
         """Start the gate without waiting (see ``GateRun``; ``start`` forks its pytest, here by
@@ -210,7 +189,7 @@ class Toolbox(ToolboxView):
                 f"the code of {stem!r} is not the code that was approved (hash changed); "
                 "propose it again"
             )
-        if len(data) > MAX_SOURCE_BYTES or len(test_data) > MAX_SOURCE_BYTES:
+        if len(data) > MAX_TOOL_BYTES or len(test_data) > MAX_TOOL_BYTES:
             raise ToolboxError(f"the code or test of {stem!r} is over 64 KB")
         current = self.store.tools.approval(stem)
         if current is not None and not replace:
@@ -237,18 +216,6 @@ class Toolbox(ToolboxView):
         self.write_manifest()
         log.info("tool_promoted", tool=stem, code_hash=expected_hash, replaced=replace)
         return live
-
-    def discard(self, name: str) -> bool:
-        """Remove what is left of ``name``'s gate runs in staging; True if anything was there.
-        (A parked promotion's bytes live in the store and go when it is taken.)"""
-        stem = normalize_stem(name)
-        removed = False
-        for entry in self.staging_dir.glob(f"{stem}-*"):
-            shutil.rmtree(entry, ignore_errors=True)
-            removed = True
-        if removed:
-            log.info("tool_discarded", tool=stem)
-        return removed
 
     # strikes
 
@@ -356,20 +323,14 @@ class Toolbox(ToolboxView):
             log.warning("toolbox_file_refused", tool=bad.name, state=bad.state, problem=bad.problem)
         return found
 
-    def sweep_staging(self) -> tuple[str, ...]:
+    def sweep_staging(self) -> None:
         """Remove every gate run's staging directory (what a crash mid-gate leaves behind);
         parked promotions keep their bytes in the store, so none is needed after a gate."""
-        removed = []
-        for entry in sorted(self.staging_dir.iterdir()):
-            removed.append(entry.name)
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    entry.unlink()
-        if removed:
-            log.info("staging_swept", entries=len(removed))
-        return tuple(removed)
+        entries = list(self.staging_dir.iterdir())
+        for entry in entries:
+            _remove(entry)
+        if entries:
+            log.info("staging_swept", entries=len(entries))
 
     # internals
 
@@ -384,10 +345,16 @@ class Toolbox(ToolboxView):
         for entry in self.staging_dir.iterdir():
             with contextlib.suppress(OSError):
                 if entry.lstat().st_mtime < cutoff:
-                    if entry.is_dir() and not entry.is_symlink():
-                        shutil.rmtree(entry, ignore_errors=True)
-                    else:
-                        entry.unlink()
+                    _remove(entry)
+
+
+def _remove(entry: Path) -> None:
+    """Remove a staging entry; a link is unlinked, never followed."""
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            entry.unlink()
 
 
 def _encode(text: str, what: str) -> bytes:
