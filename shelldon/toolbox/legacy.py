@@ -47,11 +47,6 @@ class LegacyReport:
     refused: tuple[tuple[str, str], ...] = ()
     parked: tuple[str, ...] = ()
 
-    @property
-    def moved_anything(self) -> bool:
-        """Whether there was an old toolbox at all."""
-        return bool(self.carried or self.refused or self.parked)
-
 
 def legacy_dirs(workspace: Path) -> tuple[Path, ...]:
     """The old toolbox directories that still exist in ``workspace``."""
@@ -159,35 +154,32 @@ def _set_aside(workspace: Path, old_dirs: tuple[Path, ...]) -> None:
     """Remove the old directories: what is left of ``tools/`` and ``tools-quarantine/`` (the
     refused modules and their notes) goes to ``tools-unapproved/``; the old manifest, the
     kept tests and the staged pairs are copies of what the toolbox and the store hold now."""
-    aside = workspace / UNAPPROVED_DIR
     for old in old_dirs:
         with contextlib.suppress(FileNotFoundError):
             (old / "manifest.json").unlink()
-        keep = old.name in ("tools", "tools-quarantine") and any(old.iterdir())
-        if keep:
-            aside.mkdir(mode=0o700, exist_ok=True)
-            target = aside / old.name
-            if os.path.lexists(target):
-                target = aside / f"{old.name}-{int(time.time())}"
-            os.replace(old, target)
+        if old.name in ("tools", "tools-quarantine") and any(old.iterdir()):
+            _move_aside(workspace, old)
         else:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def _move_aside(workspace: Path, old: Path) -> None:
+    aside = workspace / UNAPPROVED_DIR
+    aside.mkdir(mode=0o700, exist_ok=True)
+    target = aside / old.name
+    if os.path.lexists(target):
+        target = aside / f"{old.name}-{int(time.time())}"
+    os.replace(old, target)
 
 
 def set_aside_restored(workspace: Path) -> tuple[str, ...]:
     """Move an old toolbox found in a restored workspace to ``tools-unapproved/`` whole,
     carrying nothing over: the audit log that would vouch for its tools came in the same
     backup, so it vouches for nothing. Returns the names of the directories moved."""
-    moved: list[str] = []
-    for old in legacy_dirs(workspace):
-        aside = workspace / UNAPPROVED_DIR
-        aside.mkdir(mode=0o700, exist_ok=True)
-        target = aside / old.name
-        if os.path.lexists(target):
-            target = aside / f"{old.name}-{int(time.time())}"
-        os.replace(old, target)
-        moved.append(old.name)
-    return tuple(moved)
+    found = legacy_dirs(workspace)
+    for old in found:
+        _move_aside(workspace, old)
+    return tuple(old.name for old in found)
 
 
 def prepare_toolbox(settings: Settings) -> LegacyReport:
