@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -120,18 +120,9 @@ def build_manifest(
 def _to_json(manifest: Manifest) -> dict[str, Any]:
     return {
         "format": MANIFEST_FORMAT,
-        "tools": [
-            {
-                "name": e.name,
-                "description": e.description,
-                "params_schema": e.params_schema,
-                "file": e.file,
-                "code_hash": e.code_hash,
-            }
-            for e in manifest.entries
-        ],
-        "broken": [{"name": b.name, "file": b.file, "error": b.error} for b in manifest.broken],
-        "tampered": [{"name": b.name, "file": b.file, "error": b.error} for b in manifest.tampered],
+        "tools": [asdict(e) for e in manifest.entries],
+        "broken": [asdict(b) for b in manifest.broken],
+        "tampered": [asdict(b) for b in manifest.tampered],
     }
 
 
