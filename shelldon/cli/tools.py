@@ -10,7 +10,6 @@ do), 2 for a usage error such as a malformed tool name.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import time
@@ -29,7 +28,7 @@ from shelldon.toolbox.gate import GateReport
 from shelldon.toolbox.importer import ImportResult, Outcome, gate_summary, import_tools
 from shelldon.toolbox.legacy import migrate_legacy_toolbox
 from shelldon.toolbox.manifest import BrokenModule, code_hash, describe_source
-from shelldon.toolbox.tool_files import ToolFileError, read_tool_bytes
+from shelldon.toolbox.tool_files import ToolFileError, read_or_empty, read_tool_bytes
 from shelldon.toolbox.toolbox import StemError, Toolbox, normalize_stem
 
 
@@ -118,8 +117,7 @@ def show_text(store: Store, selfcode: Toolbox, name: str) -> str:
         state, data = "staged", store.parked.parked_code(stem)
     elif (selfcode.live_dir / f"{stem}.py").exists():
         state, problem = "tampered", "it was never approved"
-        with contextlib.suppress(ToolFileError):
-            data = read_tool_bytes(selfcode.live_dir / f"{stem}.py")
+        data = read_or_empty(selfcode.live_dir / f"{stem}.py")
     else:
         known = ", ".join(r.name for r in tool_rows(store, selfcode)) or "none"
         raise ToolNotFound(f"no self-coded tool named {stem!r} (tools: {known})")

@@ -33,7 +33,12 @@ from shelldon.toolbox.convention import parse_module, read_declaration
 from shelldon.toolbox.errors import StemError
 from shelldon.toolbox.manifest import ManifestEntry, build_manifest, code_hash
 from shelldon.toolbox.names import normalize_stem
-from shelldon.toolbox.tool_files import MAX_TOOL_BYTES, ToolFileError, read_tool_bytes
+from shelldon.toolbox.tool_files import (
+    MAX_TOOL_BYTES,
+    ToolFileError,
+    read_or_empty,
+    read_tool_bytes,
+)
 from shelldon.toolbox.toolbox import Toolbox
 
 ARCHIVE_FORMAT = 1
@@ -164,11 +169,7 @@ def _tool_files(
         raise ArchiveError(f"tool {entry.name} changed while exporting: {exc}") from None
     if code_hash(code) != entry.code_hash:
         raise ArchiveError(f"tool {entry.name} changed while exporting; run the export again")
-    kept = selfcode.kept_test(entry.name)
-    test = b""
-    if kept is not None:
-        with contextlib.suppress(ToolFileError):
-            test = read_tool_bytes(kept)
+    test = read_or_empty(selfcode.tests_dir / f"test_{entry.name}.py")
     files = [(f"tools/{entry.name}.py", code)]
     if test:
         files.append((f"tests/test_{entry.name}.py", test))

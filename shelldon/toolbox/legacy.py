@@ -27,7 +27,7 @@ import structlog
 from shelldon.config import Settings
 from shelldon.store import Store
 from shelldon.toolbox.manifest import code_hash
-from shelldon.toolbox.tool_files import ToolFileError, module_files, read_tool_bytes
+from shelldon.toolbox.tool_files import ToolFileError, module_files, read_or_empty, read_tool_bytes
 from shelldon.toolbox.toolbox import StemError, Toolbox, ToolboxError, normalize_stem
 
 log = structlog.get_logger(__name__)
@@ -108,12 +108,8 @@ def _carry(
         return "the audit log has no promotion of it by the owner"
     if promoted[stem] != digest:
         return "its code is not what the owner approved (the audit log has another hash)"
-    test = b""
-    with contextlib.suppress(ToolFileError):
-        test = read_tool_bytes(workspace / "tools-tests" / f"test_{stem}.py")
-    reason = b""
-    with contextlib.suppress(ToolFileError):
-        reason = read_tool_bytes(workspace / "tools-quarantine" / f"{stem}.reason")
+    test = read_or_empty(workspace / "tools-tests" / f"test_{stem}.py")
+    reason = read_or_empty(workspace / "tools-quarantine" / f"{stem}.reason")
     try:
         selfcode.promote(stem, data, test, expected_hash=digest)
         if state == "quarantined":
@@ -142,9 +138,7 @@ def _keep_parked_bytes(staging: Path, store: Store) -> tuple[str, ...]:
             continue
         if code_hash(data) != digest:
             continue
-        test = b""
-        with contextlib.suppress(ToolFileError):
-            test = read_tool_bytes(staging / f"test_{name}.py")
+        test = read_or_empty(staging / f"test_{name}.py")
         if store.parked.keep_promotion_code(turn_id, data, test):
             kept.append(name)
     return tuple(kept)

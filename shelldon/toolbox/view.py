@@ -3,7 +3,6 @@ which tools are live, staged or quarantined, and which files will not run as app
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from shelldon.store import ApprovedTool, Store
 from shelldon.toolbox.errors import ToolboxError
 from shelldon.toolbox.manifest import code_hash
 from shelldon.toolbox.names import normalize_stem
-from shelldon.toolbox.tool_files import ToolFileError, module_files, read_tool_bytes
+from shelldon.toolbox.tool_files import ToolFileError, module_files, read_or_empty, read_tool_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,11 +128,7 @@ class ToolboxView:
             return None
         if code_hash(data) != known.code_hash:
             return None
-        kept = self.kept_test(stem)
-        test = b""
-        if kept is not None:
-            with contextlib.suppress(ToolFileError):
-                test = read_tool_bytes(kept)
+        test = read_or_empty(self.tests_dir / f"test_{stem}.py")
         return LiveSource(stem, data, test, known.code_hash, known.approved_at, known.state)
 
     def replacement_base(self, name: str, replaces: str) -> LiveSource | None:
@@ -165,7 +160,4 @@ class ToolboxView:
     def quarantine_reason(self, name: str) -> str:
         """Why tool ``name`` was quarantined ("" if unknown)."""
         path = self.quarantine_dir / f"{normalize_stem(name)}.reason"
-        try:
-            return read_tool_bytes(path).decode("utf-8", "replace")
-        except ToolFileError:
-            return ""
+        return read_or_empty(path).decode("utf-8", "replace")
