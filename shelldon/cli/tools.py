@@ -27,8 +27,8 @@ from shelldon.toolbox.diff import replacement_diff, replaces_line
 from shelldon.toolbox.gate import GateReport
 from shelldon.toolbox.importer import ImportResult, Outcome, gate_summary, import_tools
 from shelldon.toolbox.legacy import migrate_legacy_toolbox
-from shelldon.toolbox.manifest import BrokenModule, code_hash, describe_source
-from shelldon.toolbox.tool_files import ToolFileError, read_or_empty, read_tool_bytes
+from shelldon.toolbox.manifest import BrokenModule, describe_source
+from shelldon.toolbox.tool_files import read_or_empty
 from shelldon.toolbox.toolbox import StemError, Toolbox, normalize_stem
 
 
@@ -101,18 +101,11 @@ def show_text(store: Store, selfcode: Toolbox, name: str) -> str:
     schema, code hash, strikes, and its code. Raises ``StemError`` or ``ToolNotFound``."""
     stem = normalize_stem(name)
     approved = store.tools.approval(stem)
-    path = selfcode.tool_path(stem)
     problem = ""
     data = b""
-    if approved is not None and path is not None:
+    if approved is not None:
         state = approved.state
-        try:
-            data = read_tool_bytes(path)
-        except ToolFileError as exc:
-            problem = str(exc)
-        else:
-            if code_hash(data) != approved.code_hash:
-                problem = "its code is not what the owner approved"
+        data, problem = selfcode.read_approved(approved)
     elif stem in selfcode.staged():
         state, data = "staged", store.parked.parked_code(stem)
     elif (selfcode.live_dir / f"{stem}.py").exists():

@@ -78,13 +78,17 @@ class ToolboxView:
         tool = self.store.tools.approval(normalize_stem(name))
         return tool.code_hash if tool else ""
 
-    def tool_path(self, name: str) -> Path | None:
-        """Where approved tool ``name``'s file belongs (live or quarantine); None if unknown."""
-        tool = self.store.tools.approval(normalize_stem(name))
-        if tool is None:
-            return None
+    def read_approved(self, tool: ApprovedTool) -> tuple[bytes, str]:
+        """Approved ``tool``'s file as it is on disk (live or quarantine), and why it will not
+        run ("" when it holds exactly the approved code)."""
         directory = self.live_dir if tool.state == "live" else self.quarantine_dir
-        return directory / f"{tool.name}.py"
+        try:
+            data = read_tool_bytes(directory / f"{tool.name}.py")
+        except ToolFileError as exc:
+            return b"", str(exc)
+        if code_hash(data) != tool.code_hash:
+            return data, "its code is not what the owner approved"
+        return data, ""
 
     def tampered(self) -> tuple[Tampered, ...]:
         """Every toolbox file that will not run as approved: an approved tool whose file is
@@ -92,17 +96,9 @@ class ToolboxView:
         found: list[Tampered] = []
         approved = {t.name: t for t in self.store.tools.approved()}
         for tool in approved.values():
-            path = self.tool_path(tool.name)
-            assert path is not None
-            try:
-                data = read_tool_bytes(path)
-            except ToolFileError as exc:
-                found.append(Tampered(tool.name, tool.state, str(exc)))
-                continue
-            if code_hash(data) != tool.code_hash:
-                found.append(
-                    Tampered(tool.name, tool.state, "its code is not what the owner approved")
-                )
+            _data, problem = self.read_approved(tool)
+            if problem:
+                found.append(Tampered(tool.name, tool.state, problem))
         for path in module_files(self.live_dir):
             known = approved.get(path.stem)
             if known is None or known.state != "live":
@@ -119,14 +115,10 @@ class ToolboxView:
         no such tool or its file is not the approved code (nothing to compare with then)."""
         stem = normalize_stem(name)
         known = self.store.tools.approval(stem)
-        path = self.tool_path(stem)
-        if known is None or path is None:
+        if known is None:
             return None
-        try:
-            data = read_tool_bytes(path)
-        except ToolFileError:
-            return None
-        if code_hash(data) != known.code_hash:
+        data, problem = self.read_approved(known)
+        if problem:
             return None
         test = read_or_empty(self.tests_dir / f"test_{stem}.py")
         return LiveSource(stem, data, test, known.code_hash, known.approved_at, known.state)
