@@ -1,7 +1,7 @@
-"""Self-coded tools on disk: stage, gate, promote, discard, quarantine, restore.
+"""Self-coded tools on disk: stage, gate, promote, quarantine, restore, retire.
 
-``Toolbox`` is the sole writer of the toolbox, ``<home>/toolbox/``, which lies outside the
-workspace and is out of every worker's and gate run's reach under both filesystem layers::
+``Toolbox`` is the sole writer of ``<home>/toolbox/``, which lies outside the workspace and out
+of every worker's and gate run's reach under both filesystem layers::
 
     live/         <stem>.py + manifest.json: the one part a worker sees, read-only
     tests/        test_<stem>.py kept at promotion, so an export can carry it
@@ -11,27 +11,20 @@ workspace and is out of every worker's and gate run's reach under both filesyste
                   the only place that run may write; removed when the gate is done
 
 What the owner approved is kept in the store, not on disk: a passing gate parks the exact bytes
-it judged with the promotion (``Staged.code``/``Staged.test``), and ``promote`` writes those
-bytes to a new file, after checking their hash against the one the owner was shown, and records
-that hash in ``approved_tools``. Nothing a gate run wrote is ever renamed into place, so a test
-that hard-linked or rewrote files in its staging directory changes nothing that runs later. The
-manifest is rewritten from ``approved_tools`` after every change: a file whose bytes do not hash
-to its approval is never listed as a tool. Quarantine and restore move a file without approving
-it again; restore refuses a quarantined file that is not the approved code. Retiring a tool
-withdraws its approval first (so it is out of the manifest at once), then moves its file and
-kept test into ``retired/``, where nothing loads them.
+it judged, and ``promote`` writes those bytes to a new file once their hash is the one the owner
+was shown, and records it in ``approved_tools``. Nothing a gate run wrote is ever renamed into
+place, so a test that hard-linked or rewrote files in its staging directory changes nothing that
+runs later. The manifest is rewritten from ``approved_tools`` after every change, so a file
+whose bytes do not hash to its approval is never listed. Quarantine and restore move a file
+without approving it again (restore refuses one that is not the approved code).
 
 Every file is written to a temp file, fsynced and renamed, so a worker sees the old toolbox or
-the new one, never half of one. Where no filesystem layer is in force, nothing is staged or
-gated (``shelldon.toolbox.policy``).
+the new one, never half of one. Without a filesystem layer nothing is staged or gated
+(``shelldon.toolbox.policy``).
 
-Replacement. A name that is live (or quarantined) is refused unless the caller asks for a
-replacement explicitly (``stage(..., replace=True)`` and ``promote(..., replace=True)``): a new
-version of a tool the owner already trusts is a decision the owner makes with the new code in
-front of them, never a side effect of picking a name twice. Promoting a replacement of a
-quarantined tool drops the quarantined copy.
-
-Not thread-safe: one actor owns a ``Toolbox``.
+A live or quarantined name is replaced only when the caller says so (``replace=True``): a new
+version of a tool the owner trusts is their decision with the new code in front of them, never
+a side effect of picking a name twice. Not thread-safe: one actor owns a ``Toolbox``.
 """
 
 from __future__ import annotations
