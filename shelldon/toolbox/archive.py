@@ -25,7 +25,7 @@ import tarfile
 import tempfile
 import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +84,8 @@ class ExportReport:
     path: Path
     exported: tuple[str, ...]
     without_test: tuple[str, ...] = ()
-    skipped_broken: tuple[str, ...] = field(default=())
-    skipped_tampered: tuple[str, ...] = field(default=())
+    skipped_broken: tuple[str, ...] = ()
+    skipped_tampered: tuple[str, ...] = ()
 
 
 # ------------------------------------------------------------------ export
