@@ -30,7 +30,7 @@ import sysconfig
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -71,23 +71,21 @@ _UNUSED_PLUGINS = (
 class GateLimits:
     """The bounds of one gate run: wall clock, address space, CPU time and output size."""
 
-    timeout_s: float = 30.0
-    address_space_mb: int = 1024
-    cpu_s: int = 30
-    max_output_chars: int = 16000
-    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    timeout_s: float
+    address_space_mb: int
+    cpu_s: int
+    max_output_chars: int
+    sandbox: SandboxSettings
 
     @classmethod
-    def from_settings(
-        cls, limits: LimitsSettings, sandbox_settings: SandboxSettings | None = None
-    ) -> GateLimits:
+    def from_settings(cls, limits: LimitsSettings, sandbox_settings: SandboxSettings) -> GateLimits:
         """The gate's bounds from ``[limits]``, confined as ``[sandbox]`` says."""
         return cls(
             timeout_s=limits.gate_timeout_s,
             address_space_mb=limits.rlimit_as_mb,
             cpu_s=limits.rlimit_cpu_s,
             max_output_chars=limits.max_tool_output_chars,
-            sandbox=sandbox_settings or SandboxSettings(),
+            sandbox=sandbox_settings,
         )
 
 
@@ -354,12 +352,6 @@ class GateRun:
                 time.sleep(min(remaining, 0.01))
             else:
                 select.select([fd], [], [], min(remaining, 0.5))
-
-    def __enter__(self) -> GateRun:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.kill()
 
     def _output_head(self) -> bytes:
         output = self._child.output if self._child is not None else None

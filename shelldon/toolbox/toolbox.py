@@ -94,7 +94,7 @@ class Toolbox(ToolboxView):
     ) -> None:
         super().__init__(toolbox, store)
         self.sandbox = sandbox or SandboxSettings()
-        self.gate_limits = GateLimits.from_settings(limits or LimitsSettings(), sandbox)
+        self.gate_limits = GateLimits.from_settings(limits or LimitsSettings(), self.sandbox)
 
     @classmethod
     def from_settings(cls, settings: Settings, store: Store) -> Toolbox:
