@@ -155,7 +155,7 @@ def replacement_text(selfcode: Toolbox, tool: ArchivedTool) -> str:
     """For an archived tool that would replace an approved one: the "replaces NAME (live
     since …)" line and the diff of code and test against it, as the Telegram card shows it
     ("" for a new tool)."""
-    base = selfcode.live_source(tool.name) if selfcode.approved_hash(tool.name) else None
+    base = selfcode.live_source(tool.name)
     if base is None:
         return ""
     diff = replacement_diff(tool.name, base.code, base.test, tool.code, tool.test)
