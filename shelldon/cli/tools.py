@@ -1,10 +1,8 @@
-"""``shelldon tools``: list, show, restore, remove, export and import self-coded tools at the
-terminal.
+"""``shelldon tools``: list, show, restore, remove, export and import self-coded tools.
 
-LLM-free and service-free: plain reads and moves of the toolbox through ``Toolbox`` and of the
-store (an old toolbox still in the workspace is moved first, as at service start). Exit status:
-0 when everything asked for was done, 1 when something failed (with a message saying what to
-do), 2 for a usage error such as a malformed tool name.
+LLM-free and service-free: reads and moves through ``Toolbox`` and the store (an old toolbox
+still in the workspace is moved first, as at service start). Exit status: 0 when all was done,
+1 when something failed (saying what to do), 2 for a usage error such as a malformed name.
 """
 
 from __future__ import annotations
@@ -152,9 +150,8 @@ def _indent(text: str) -> str:
 
 
 def replacement_text(selfcode: Toolbox, tool: ArchivedTool) -> str:
-    """For an archived tool that would replace an approved one: the "replaces NAME (live
-    since …)" line and the diff of code and test against it, as the Telegram card shows it
-    ("" for a new tool)."""
+    """The "replaces NAME (live since …)" line and diff, as the Telegram card shows them, for an
+    archived tool that would replace an approved one ("" for a new tool)."""
     base = selfcode.live_source(tool.name)
     if base is None:
         return ""
@@ -167,9 +164,8 @@ def replacement_text(selfcode: Toolbox, tool: ArchivedTool) -> str:
 def terminal_ask(
     inp: TextIO, out: TextIO, selfcode: Toolbox | None = None
 ) -> Callable[[ArchivedTool, GateReport], bool]:
-    """Put each passing tool to the owner at the terminal, as a promotion would: its
-    description, hash, gate verdict and code (a replacement: the diff against the live
-    version instead), then ``[y/N]`` (end of input means no)."""
+    """Put each passing tool to the owner as a promotion would: description, hash, verdict and
+    code (or a replacement's diff), then ``[y/N]`` (end of input means no)."""
 
     def ask(tool: ArchivedTool, report: GateReport) -> bool:
         change = replacement_text(selfcode, tool) if selfcode is not None else ""

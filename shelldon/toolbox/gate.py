@@ -466,9 +466,8 @@ def start_gate(
     on_done: Callable[[GateReport], None] | None = None,
     start: Launch | None = None,
 ) -> GateRun:
-    """Check ``<staging>/<name>.py`` and ``test_<name>.py``: run the static checks now and, if
-    they found nothing, start pytest (``start``: here by default). ``on_done`` is called once
-    with the report."""
+    """Check ``<staging>/<name>.py`` and ``test_<name>.py``: the static checks now, then, if they
+    found nothing, pytest (``start``: here by default); ``on_done`` hears the report once."""
     tool, test = staging / f"{name}.py", staging / f"test_{name}.py"
     try:
         code_bytes = tool.read_bytes()

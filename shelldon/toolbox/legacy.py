@@ -145,9 +145,9 @@ def _keep_parked_bytes(staging: Path, store: Store) -> tuple[str, ...]:
 
 
 def _set_aside(workspace: Path, old_dirs: tuple[Path, ...]) -> None:
-    """Remove the old directories: what is left of ``tools/`` and ``tools-quarantine/`` (the
-    refused modules and their notes) goes to ``tools-unapproved/``; the old manifest, the
-    kept tests and the staged pairs are copies of what the toolbox and the store hold now."""
+    """Remove the old directories; the refused modules left in ``tools/`` and
+    ``tools-quarantine/`` go to ``tools-unapproved/`` (the rest are copies of what the toolbox
+    and the store hold now)."""
     for old in old_dirs:
         with contextlib.suppress(FileNotFoundError):
             (old / "manifest.json").unlink()

@@ -25,9 +25,8 @@ class Tampered:
 
 @dataclass(frozen=True, slots=True)
 class LiveSource:
-    """An approved tool's code (verified against its approval) and its kept test (b"" if none),
-    with when the owner approved it and whether it is live or quarantined: what a replacement
-    is compared with."""
+    """What a replacement is compared with: an approved tool's verified code, its kept test
+    (b"" if none), when the owner approved it and whether it is live or quarantined."""
 
     name: str
     code: bytes
@@ -124,10 +123,9 @@ class ToolboxView:
         return LiveSource(stem, data, test, known.code_hash, known.approved_at, known.state)
 
     def replacement_base(self, name: str, replaces: str) -> LiveSource | None:
-        """What a proposal of ``name`` replaces: None for a new tool (``replaces`` empty), else
-        the approved version it is a new version of. Refused (``ToolboxError``) when
-        ``replaces`` is another name, names no tool, or names one whose file is not the
-        approved code (there is nothing trustworthy to show a diff against)."""
+        """The approved version a proposal of ``name`` replaces (None for a new tool); refused
+        when ``replaces`` is another name, no tool, or one whose file is not the approved code
+        (there is nothing trustworthy to show a diff against)."""
         if not replaces:
             return None
         stem, old = normalize_stem(name), normalize_stem(replaces)
