@@ -125,14 +125,19 @@ def export_toolbox(
         broken += [b.name for b in manifest.broken]
         tampered += [b.name for b in manifest.tampered]
         for entry in manifest.entries:
-            files += _tool_files(selfcode, directory, entry, without_test)
+            code, test = _verified_pair(selfcode, directory, entry)
+            files.append((f"tools/{entry.name}.py", code))
+            if test:
+                files.append((f"tests/test_{entry.name}.py", test))
+            else:
+                without_test.append(entry.name)
             entries.append(
                 {
                     "name": entry.name,
                     "description": entry.description,
                     "params_schema": entry.params_schema,
                     "code_hash": entry.code_hash,
-                    "has_test": entry.name not in without_test,
+                    "has_test": bool(test),
                 }
             )
     payload = json.dumps({"format": ARCHIVE_FORMAT, "tools": entries}, indent=1).encode()
@@ -158,24 +163,16 @@ def export_toolbox(
     return ExportReport(path, tuple(exported), tuple(without_test), tuple(broken), tuple(tampered))
 
 
-def _tool_files(
-    selfcode: Toolbox, directory: Path, entry: ManifestEntry, without_test: list[str]
-) -> list[tuple[str, bytes]]:
-    """The archive members of one approved tool: its code (checked against its approval once
-    more) and its kept test, if any (else its name goes to ``without_test``)."""
+def _verified_pair(selfcode: Toolbox, directory: Path, entry: ManifestEntry) -> tuple[bytes, bytes]:
+    """One approved tool's code, checked against its approval once more, and its kept test
+    (b"" if none)."""
     try:
         code = read_tool_bytes(directory / entry.file)
     except ToolFileError as exc:
         raise ArchiveError(f"tool {entry.name} changed while exporting: {exc}") from None
     if code_hash(code) != entry.code_hash:
         raise ArchiveError(f"tool {entry.name} changed while exporting; run the export again")
-    test = read_or_empty(selfcode.tests_dir / f"test_{entry.name}.py")
-    files = [(f"tools/{entry.name}.py", code)]
-    if test:
-        files.append((f"tests/test_{entry.name}.py", test))
-    else:
-        without_test.append(entry.name)
-    return files
+    return code, read_or_empty(selfcode.tests_dir / f"test_{entry.name}.py")
 
 
 # ------------------------------------------------------------------ import
