@@ -88,9 +88,6 @@ class ExportReport:
     skipped_tampered: tuple[str, ...] = ()
 
 
-# ------------------------------------------------------------------ export
-
-
 def _add(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
     info = tarfile.TarInfo(name)
     info.size = len(data)
@@ -173,9 +170,6 @@ def _verified_pair(selfcode: Toolbox, directory: Path, entry: ManifestEntry) -> 
     if code_hash(code) != entry.code_hash:
         raise ArchiveError(f"tool {entry.name} changed while exporting; run the export again")
     return code, read_or_empty(selfcode.tests_dir / f"test_{entry.name}.py")
-
-
-# ------------------------------------------------------------------ import
 
 
 def _decompress(path: Path, limits: ArchiveLimits) -> bytes:

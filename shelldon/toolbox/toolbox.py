@@ -105,8 +105,6 @@ class Toolbox(ToolboxView):
         """Why self-coded tools are off on this machine ("" when they are on)."""
         return selfcoded_refusal(self.sandbox)
 
-    # stage and gate
-
     def stage(self, name: str, code: str, test: str, *, replace: bool = False) -> Staged:
         """Write ``<stem>.py`` and ``test_<stem>.py`` into a new staging directory of their own.
         Refused where no filesystem layer would confine the gate's run of the test."""
@@ -150,8 +148,6 @@ class Toolbox(ToolboxView):
     def run_gate(self, staged: Staged) -> GateReport:
         """Gate the staged tool and wait for the verdict."""
         return self.start_gate(staged).wait()
-
-    # owner decisions
 
     def promote(
         self,
@@ -209,8 +205,6 @@ class Toolbox(ToolboxView):
         self.write_manifest()
         log.info("tool_promoted", tool=stem, code_hash=expected_hash, replaced=replace)
         return live
-
-    # strikes
 
     def quarantine(self, name: str, reason: str) -> Path:
         """Move live tool ``name`` out of discovery's reach, noting why; its approval (and its
@@ -295,8 +289,6 @@ class Toolbox(ToolboxView):
         log.info("tool_retired", tool=stem, code_hash=known.code_hash, archive=str(archive))
         return Retired(stem, known.code_hash, known.state, archive)
 
-    # the manifest and start-up
-
     def write_manifest(self) -> Manifest:
         """Rewrite the live manifest from the approvals in the store (never from the files)."""
         approved = {t.name: t.code_hash for t in self._approved("live")}
@@ -324,8 +316,6 @@ class Toolbox(ToolboxView):
             _remove(entry)
         if entries:
             log.info("staging_swept", entries=len(entries))
-
-    # internals
 
     def _drop_quarantined(self, stem: str) -> None:
         for path in (self.quarantine_dir / f"{stem}.py", self.quarantine_dir / f"{stem}.reason"):
