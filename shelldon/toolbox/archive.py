@@ -29,9 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shelldon.toolbox.convention import parse_module, read_declaration
 from shelldon.toolbox.errors import StemError
-from shelldon.toolbox.manifest import ManifestEntry, build_manifest, code_hash
+from shelldon.toolbox.manifest import ManifestEntry, build_manifest, code_hash, describe_source
 from shelldon.toolbox.names import normalize_stem
 from shelldon.toolbox.tool_files import (
     MAX_TOOL_BYTES,
@@ -282,15 +281,6 @@ def _text(files: dict[str, bytes], member: str) -> str:
         raise ArchiveError(f"{member} is not UTF-8 text; refused") from None
 
 
-def _declared_description(code: str, name: str) -> str:
-    """The DESCRIPTION the code itself declares (toolbox.json's copy is not trusted)."""
-    tree, _error = parse_module(code, f"{name}.py")
-    if tree is None:
-        return ""
-    declaration, _problems = read_declaration(tree)
-    return declaration.description if declaration else ""
-
-
 def read_archive(path: Path, limits: ArchiveLimits | None = None) -> tuple[ArchivedTool, ...]:
     """Read and check the whole archive at ``path`` in memory; ``ArchiveError`` if refused."""
     limits = limits or ArchiveLimits()
@@ -322,7 +312,9 @@ def read_archive(path: Path, limits: ArchiveLimits | None = None) -> tuple[Archi
             )
         test_member = f"tests/test_{stem}.py"
         test = _text(files, test_member) if test_member in files else ""
-        description = _declared_description(code, stem)
+        # The DESCRIPTION the code itself declares (toolbox.json's copy is not trusted).
+        described = describe_source(stem, f"{stem}.py", code.encode())
+        description = described.description if isinstance(described, ManifestEntry) else ""
         tools.append(ArchivedTool(stem, description, code, test, digest))
     if files:
         extra = ", ".join(sorted(files)[:5])
