@@ -136,9 +136,8 @@ class Toolbox(ToolboxView):
         return Staged(stem, tool_path, digest, data["code"], data["test"])
 
     def start_gate(self, staged: Staged, start: Launch | None = None) -> GateRun:
-        """Start the gate without waiting (see ``GateRun``; ``start`` forks its pytest, here by
-        default); its staging directory is removed once the gate is done, passed or not (a
-        passing tool's bytes are in ``staged``)."""
+        """Start the gate without waiting (``start`` forks its pytest, here by default); its
+        staging directory goes once it is done (a passing tool's bytes are in ``staged``)."""
 
         def drop_directory(_report: GateReport) -> None:
             shutil.rmtree(staged.directory, ignore_errors=True)
@@ -160,11 +159,10 @@ class Toolbox(ToolboxView):
         replaces_hash: str = "",
         turn_id: str = "",
     ) -> Path:
-        """Make ``code`` (the parked bytes the gate passed) live tool ``name``: checked against
-        ``expected_hash`` (what the owner was shown), recorded as approved, written to a new
-        file; ``test`` is kept beside it for export. A replacement shown as a diff against
-        approved code ``replaces_hash`` is refused if the tool is no longer that code.
-        Returns the live path."""
+        """Make ``code`` (the parked bytes the gate passed, which must hash to ``expected_hash``,
+        what the owner was shown) live tool ``name`` in a new file, ``test`` kept for export;
+        a replacement is refused if the tool is no longer the code ``replaces_hash`` it was
+        shown against. Returns the live path."""
         stem = normalize_stem(name)
         data = code if isinstance(code, bytes) else _encode(code, "code")
         test_data = test if isinstance(test, bytes) else _encode(test, "test")
