@@ -23,7 +23,7 @@ from shelldon.store import Store, StoreError
 from shelldon.toolbox.archive import ArchivedTool, ArchiveError, export_toolbox, read_archive
 from shelldon.toolbox.diff import replacement_diff, replaces_line
 from shelldon.toolbox.gate import GateReport
-from shelldon.toolbox.importer import ImportResult, Outcome, gate_summary, import_tools
+from shelldon.toolbox.importer import Ask, ImportResult, Outcome, gate_summary, import_tools
 from shelldon.toolbox.legacy import migrate_legacy_toolbox
 from shelldon.toolbox.manifest import BrokenModule, describe_source
 from shelldon.toolbox.tool_files import read_or_empty
@@ -161,9 +161,7 @@ def replacement_text(selfcode: Toolbox, tool: ArchivedTool) -> str:
     )
 
 
-def terminal_ask(
-    inp: TextIO, out: TextIO, selfcode: Toolbox | None = None
-) -> Callable[[ArchivedTool, GateReport], bool]:
+def terminal_ask(inp: TextIO, out: TextIO, selfcode: Toolbox | None = None) -> Ask:
     """Put each passing tool to the owner as a promotion would: description, hash, verdict and
     code (or a replacement's diff), then ``[y/N]`` (end of input means no)."""
 
@@ -218,9 +216,7 @@ def say_result(out: TextIO) -> Callable[[ImportResult], None]:
     return say
 
 
-def accept_all(
-    out: TextIO, selfcode: Toolbox | None = None
-) -> Callable[[ArchivedTool, GateReport], bool]:
+def accept_all(out: TextIO, selfcode: Toolbox | None = None) -> Ask:
     """The owner's ``--yes``: every tool whose gate passed is accepted, and each is named (a
     replacement of a live tool with what it changes)."""
 
