@@ -91,24 +91,15 @@ def _add_tools_parser(sub: Any, environ: Mapping[str, str]) -> None:
         "list, show, restore, remove, export or import self-coded tools",
         "Self-coded tools at the terminal, without the service: list them (the default), show "
         "one, restore one from quarantine, remove one, export the live ones, import an archive "
-        "(each tool "
-        "gated again and asked for).",
+        "(each tool gated again and asked for).",
         (0, 1, 2),
         environ,
     )
     actions = tools.add_subparsers(dest="tools_command", metavar="ACTION")
-    epilog = _epilog(environ, (0, 1, 2))
 
     def action(name: str, summary: str) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = actions.add_parser(
-            name,
-            help=summary,
-            description=summary[:1].upper() + summary[1:] + ".",
-            epilog=epilog,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        parser.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS, help=CONFIG_HELP)
-        return parser
+        description = summary[:1].upper() + summary[1:] + "."
+        return _command(actions, name, summary, description, (0, 1, 2), environ)
 
     action("list", "live, staged and quarantined tools with strikes (the default)")
     show = action("show", "a tool's description, schema, hash, strikes and code")

@@ -14,7 +14,6 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 from typing import TextIO
 
 from shelldon.config import Settings, load_settings
@@ -28,11 +27,6 @@ NO_CODE = (
 )
 
 
-def config_file(settings: Settings) -> Path:
-    """The file that says who the owner is: the one in use, or where the default one goes."""
-    return settings.config_path or settings.home / "config.toml"
-
-
 def pair(settings: Settings, typed: str, now: float, out: TextIO, err: TextIO) -> int:
     """Pair the user ``typed`` (a code) was issued to; 0 when paired, 1 when not, 2 when
     ``typed`` cannot be a code."""
@@ -44,7 +38,8 @@ def pair(settings: Settings, typed: str, now: float, out: TextIO, err: TextIO) -
             file=err,
         )
         return 2
-    path = config_file(settings)
+    # The file that says who the owner is: the one in use, or where the default one goes.
+    path = settings.config_path or settings.home / "config.toml"
     if not settings.database.exists():  # never create a database (as root) to find nothing
         print(f"shelldon pair: {NO_CODE} (no database at {settings.database})", file=err)
         return 1

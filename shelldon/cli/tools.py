@@ -1,16 +1,13 @@
-"""``shelldon tools``: list, show, restore, remove, export and import self-coded tools at the
-terminal.
+"""``shelldon tools``: list, show, restore, remove, export and import self-coded tools.
 
-LLM-free and service-free: plain reads and moves of the toolbox through ``Toolbox`` and of the
-store (an old toolbox still in the workspace is moved first, as at service start). Exit status:
-0 when everything asked for was done, 1 when something failed (with a message saying what to
-do), 2 for a usage error such as a malformed tool name.
+LLM-free and service-free: reads and moves through ``Toolbox`` and the store (an old toolbox
+still in the workspace is moved first, as at service start). Exit status: 0 when all was done,
+1 when something failed (saying what to do), 2 for a usage error such as a malformed name.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 import time
@@ -26,10 +23,10 @@ from shelldon.store import Store, StoreError
 from shelldon.toolbox.archive import ArchivedTool, ArchiveError, export_toolbox, read_archive
 from shelldon.toolbox.diff import replacement_diff, replaces_line
 from shelldon.toolbox.gate import GateReport
-from shelldon.toolbox.importer import ImportResult, Outcome, gate_summary, import_tools
+from shelldon.toolbox.importer import Ask, ImportResult, Outcome, gate_summary, import_tools
 from shelldon.toolbox.legacy import migrate_legacy_toolbox
-from shelldon.toolbox.manifest import BrokenModule, code_hash, describe_source
-from shelldon.toolbox.tool_files import ToolFileError, read_tool_bytes
+from shelldon.toolbox.manifest import BrokenModule, describe_source
+from shelldon.toolbox.tool_files import read_or_empty
 from shelldon.toolbox.toolbox import StemError, Toolbox, normalize_stem
 
 
@@ -102,24 +99,16 @@ def show_text(store: Store, selfcode: Toolbox, name: str) -> str:
     schema, code hash, strikes, and its code. Raises ``StemError`` or ``ToolNotFound``."""
     stem = normalize_stem(name)
     approved = store.tools.approval(stem)
-    path = selfcode.tool_path(stem)
     problem = ""
     data = b""
-    if approved is not None and path is not None:
+    if approved is not None:
         state = approved.state
-        try:
-            data = read_tool_bytes(path)
-        except ToolFileError as exc:
-            problem = str(exc)
-        else:
-            if code_hash(data) != approved.code_hash:
-                problem = "its code is not what the owner approved"
+        data, problem = selfcode.read_approved(approved)
     elif stem in selfcode.staged():
         state, data = "staged", store.parked.parked_code(stem)
     elif (selfcode.live_dir / f"{stem}.py").exists():
         state, problem = "tampered", "it was never approved"
-        with contextlib.suppress(ToolFileError):
-            data = read_tool_bytes(selfcode.live_dir / f"{stem}.py")
+        data = read_or_empty(selfcode.live_dir / f"{stem}.py")
     else:
         known = ", ".join(r.name for r in tool_rows(store, selfcode)) or "none"
         raise ToolNotFound(f"no self-coded tool named {stem!r} (tools: {known})")
@@ -161,10 +150,9 @@ def _indent(text: str) -> str:
 
 
 def replacement_text(selfcode: Toolbox, tool: ArchivedTool) -> str:
-    """For an archived tool that would replace an approved one: the "replaces NAME (live
-    since …)" line and the diff of code and test against it, as the Telegram card shows it
-    ("" for a new tool)."""
-    base = selfcode.live_source(tool.name) if selfcode.approved_hash(tool.name) else None
+    """The "replaces NAME (live since …)" line and diff, as the Telegram card shows them, for an
+    archived tool that would replace an approved one ("" for a new tool)."""
+    base = selfcode.live_source(tool.name)
     if base is None:
         return ""
     diff = replacement_diff(tool.name, base.code, base.test, tool.code, tool.test)
@@ -173,12 +161,9 @@ def replacement_text(selfcode: Toolbox, tool: ArchivedTool) -> str:
     )
 
 
-def terminal_ask(
-    inp: TextIO, out: TextIO, selfcode: Toolbox | None = None
-) -> Callable[[ArchivedTool, GateReport], bool]:
-    """Put each passing tool to the owner at the terminal, as a promotion would: its
-    description, hash, gate verdict and code (a replacement: the diff against the live
-    version instead), then ``[y/N]`` (end of input means no)."""
+def terminal_ask(inp: TextIO, out: TextIO, selfcode: Toolbox | None = None) -> Ask:
+    """Put each passing tool to the owner as a promotion would: description, hash, verdict and
+    code (or a replacement's diff), then ``[y/N]`` (end of input means no)."""
 
     def ask(tool: ArchivedTool, report: GateReport) -> bool:
         change = replacement_text(selfcode, tool) if selfcode is not None else ""
@@ -231,9 +216,7 @@ def say_result(out: TextIO) -> Callable[[ImportResult], None]:
     return say
 
 
-def accept_all(
-    out: TextIO, selfcode: Toolbox | None = None
-) -> Callable[[ArchivedTool, GateReport], bool]:
+def accept_all(out: TextIO, selfcode: Toolbox | None = None) -> Ask:
     """The owner's ``--yes``: every tool whose gate passed is accepted, and each is named (a
     replacement of a live tool with what it changes)."""
 
@@ -272,11 +255,7 @@ def run_tools(
     settings: Settings, request: ToolsRequest, inp: TextIO, out: TextIO, err: TextIO
 ) -> int:
     """Carry out ``request`` against ``settings``' home; returns the exit status."""
-    action = _ACTIONS.get(request.action)
-    if action is None:
-        known = ", ".join(ACTIONS)
-        err.write(f"shelldon tools: unknown action {request.action!r}; use one of {known}\n")
-        return 2
+    action = _ACTIONS[request.action]
     try:
         # The service's gate containment: an imported tool is trusted no more than a proposed one.
         with Store(settings.database) as store:
@@ -388,7 +367,6 @@ _ACTIONS: dict[str, Callable[[ToolsRequest, Toolbox, Store, Terminal], int]] = {
     "export": _export,
     "import": _import,
 }
-ACTIONS = tuple(_ACTIONS)
 
 
 def cmd_tools(args: argparse.Namespace) -> int:

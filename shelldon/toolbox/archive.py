@@ -25,14 +25,20 @@ import tarfile
 import tempfile
 import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shelldon.toolbox.convention import parse_module, read_declaration
-from shelldon.toolbox.manifest import ManifestEntry, build_manifest, code_hash
-from shelldon.toolbox.tool_files import ToolFileError, read_tool_bytes
-from shelldon.toolbox.toolbox import MAX_SOURCE_BYTES, StemError, Toolbox, normalize_stem
+from shelldon.toolbox.errors import StemError
+from shelldon.toolbox.manifest import ManifestEntry, build_manifest, code_hash, describe_source
+from shelldon.toolbox.names import normalize_stem
+from shelldon.toolbox.tool_files import (
+    MAX_TOOL_BYTES,
+    ToolFileError,
+    read_or_empty,
+    read_tool_bytes,
+)
+from shelldon.toolbox.toolbox import Toolbox
 
 ARCHIVE_FORMAT = 1
 MANIFEST_MEMBER = "toolbox.json"
@@ -48,7 +54,7 @@ class ArchiveLimits:
 
     max_archive_bytes: int = 16 * 1024 * 1024
     max_uncompressed_bytes: int = 32 * 1024 * 1024
-    max_member_bytes: int = MAX_SOURCE_BYTES
+    max_member_bytes: int = MAX_TOOL_BYTES
     max_manifest_bytes: int = 1024 * 1024
     max_tools: int = 200
 
@@ -77,11 +83,8 @@ class ExportReport:
     path: Path
     exported: tuple[str, ...]
     without_test: tuple[str, ...] = ()
-    skipped_broken: tuple[str, ...] = field(default=())
-    skipped_tampered: tuple[str, ...] = field(default=())
-
-
-# ------------------------------------------------------------------ export
+    skipped_broken: tuple[str, ...] = ()
+    skipped_tampered: tuple[str, ...] = ()
 
 
 def _add(tar: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None:
@@ -118,14 +121,19 @@ def export_toolbox(
         broken += [b.name for b in manifest.broken]
         tampered += [b.name for b in manifest.tampered]
         for entry in manifest.entries:
-            files += _tool_files(selfcode, directory, entry, without_test)
+            code, test = _verified_pair(selfcode, directory, entry)
+            files.append((f"tools/{entry.name}.py", code))
+            if test:
+                files.append((f"tests/test_{entry.name}.py", test))
+            else:
+                without_test.append(entry.name)
             entries.append(
                 {
                     "name": entry.name,
                     "description": entry.description,
                     "params_schema": entry.params_schema,
                     "code_hash": entry.code_hash,
-                    "has_test": entry.name not in without_test,
+                    "has_test": bool(test),
                 }
             )
     payload = json.dumps({"format": ARCHIVE_FORMAT, "tools": entries}, indent=1).encode()
@@ -151,31 +159,16 @@ def export_toolbox(
     return ExportReport(path, tuple(exported), tuple(without_test), tuple(broken), tuple(tampered))
 
 
-def _tool_files(
-    selfcode: Toolbox, directory: Path, entry: ManifestEntry, without_test: list[str]
-) -> list[tuple[str, bytes]]:
-    """The archive members of one approved tool: its code (checked against its approval once
-    more) and its kept test, if any (else its name goes to ``without_test``)."""
+def _verified_pair(selfcode: Toolbox, directory: Path, entry: ManifestEntry) -> tuple[bytes, bytes]:
+    """One approved tool's code, checked against its approval once more, and its kept test
+    (b"" if none)."""
     try:
         code = read_tool_bytes(directory / entry.file)
     except ToolFileError as exc:
         raise ArchiveError(f"tool {entry.name} changed while exporting: {exc}") from None
     if code_hash(code) != entry.code_hash:
         raise ArchiveError(f"tool {entry.name} changed while exporting; run the export again")
-    kept = selfcode.kept_test(entry.name)
-    test = b""
-    if kept is not None:
-        with contextlib.suppress(ToolFileError):
-            test = read_tool_bytes(kept)
-    files = [(f"tools/{entry.name}.py", code)]
-    if test:
-        files.append((f"tests/test_{entry.name}.py", test))
-    else:
-        without_test.append(entry.name)
-    return files
-
-
-# ------------------------------------------------------------------ import
+    return code, read_or_empty(selfcode.tests_dir / f"test_{entry.name}.py")
 
 
 def _decompress(path: Path, limits: ArchiveLimits) -> bytes:
@@ -288,15 +281,6 @@ def _text(files: dict[str, bytes], member: str) -> str:
         raise ArchiveError(f"{member} is not UTF-8 text; refused") from None
 
 
-def _declared_description(code: str, name: str) -> str:
-    """The DESCRIPTION the code itself declares (toolbox.json's copy is not trusted)."""
-    tree, _error = parse_module(code, f"{name}.py")
-    if tree is None:
-        return ""
-    declaration, _problems = read_declaration(tree)
-    return declaration.description if declaration else ""
-
-
 def read_archive(path: Path, limits: ArchiveLimits | None = None) -> tuple[ArchivedTool, ...]:
     """Read and check the whole archive at ``path`` in memory; ``ArchiveError`` if refused."""
     limits = limits or ArchiveLimits()
@@ -328,7 +312,9 @@ def read_archive(path: Path, limits: ArchiveLimits | None = None) -> tuple[Archi
             )
         test_member = f"tests/test_{stem}.py"
         test = _text(files, test_member) if test_member in files else ""
-        description = _declared_description(code, stem)
+        # The DESCRIPTION the code itself declares (toolbox.json's copy is not trusted).
+        described = describe_source(stem, f"{stem}.py", code.encode())
+        description = described.description if isinstance(described, ManifestEntry) else ""
         tools.append(ArchivedTool(stem, description, code, test, digest))
     if files:
         extra = ", ".join(sorted(files)[:5])

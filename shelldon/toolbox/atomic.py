@@ -10,8 +10,7 @@ from pathlib import Path
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so a reader sees the old file or the new one, never a torn one,
-    and the new one survives power loss (temp file, fsync, rename, fsync of the directory)."""
+    """Replace ``path`` with ``data``: temp file, fsync, rename, fsync of the directory."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 
-__all__ = ["live_since", "replacement_diff", "replaces_line"]
+__all__ = ["replacement_diff", "replaces_line"]
 
 _CONTEXT_LINES = 3
 
@@ -49,15 +49,10 @@ def replacement_diff(
     return "".join(parts)
 
 
-def live_since(approved_at: float) -> str:
-    """When the live version was approved, as the card says it (UTC, to the minute)."""
-    moment = dt.datetime.fromtimestamp(approved_at, dt.UTC)
-    return moment.strftime("%Y-%m-%d %H:%M UTC")
-
-
 def replaces_line(name: str, approved_at: float, state: str = "live") -> str:
     """The card's line for a replacement: "replaces NAME (live since …)" (a quarantined tool
     says so, with when it was approved)."""
+    since = dt.datetime.fromtimestamp(approved_at, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     if state == "live":
-        return f"replaces {name} (live since {live_since(approved_at)})"
-    return f"replaces {name} ({state}; approved {live_since(approved_at)})"
+        return f"replaces {name} (live since {since})"
+    return f"replaces {name} ({state}; approved {since})"

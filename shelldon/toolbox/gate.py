@@ -30,7 +30,7 @@ import sysconfig
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -71,23 +71,21 @@ _UNUSED_PLUGINS = (
 class GateLimits:
     """The bounds of one gate run: wall clock, address space, CPU time and output size."""
 
-    timeout_s: float = 30.0
-    address_space_mb: int = 1024
-    cpu_s: int = 30
-    max_output_chars: int = 16000
-    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    timeout_s: float
+    address_space_mb: int
+    cpu_s: int
+    max_output_chars: int
+    sandbox: SandboxSettings
 
     @classmethod
-    def from_settings(
-        cls, limits: LimitsSettings, sandbox_settings: SandboxSettings | None = None
-    ) -> GateLimits:
+    def from_settings(cls, limits: LimitsSettings, sandbox_settings: SandboxSettings) -> GateLimits:
         """The gate's bounds from ``[limits]``, confined as ``[sandbox]`` says."""
         return cls(
             timeout_s=limits.gate_timeout_s,
             address_space_mb=limits.rlimit_as_mb,
             cpu_s=limits.rlimit_cpu_s,
             max_output_chars=limits.max_tool_output_chars,
-            sandbox=sandbox_settings or SandboxSettings(),
+            sandbox=sandbox_settings,
         )
 
 
@@ -355,12 +353,6 @@ class GateRun:
             else:
                 select.select([fd], [], [], min(remaining, 0.5))
 
-    def __enter__(self) -> GateRun:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.kill()
-
     def _output_head(self) -> bytes:
         output = self._child.output if self._child is not None else None
         return bytes(output.head) if output is not None else b""
@@ -474,9 +466,8 @@ def start_gate(
     on_done: Callable[[GateReport], None] | None = None,
     start: Launch | None = None,
 ) -> GateRun:
-    """Check ``<staging>/<name>.py`` and ``test_<name>.py``: run the static checks now and, if
-    they found nothing, start pytest (``start``: here by default). ``on_done`` is called once
-    with the report."""
+    """Check ``<staging>/<name>.py`` and ``test_<name>.py``: the static checks now, then, if they
+    found nothing, pytest (``start``: here by default); ``on_done`` hears the report once."""
     tool, test = staging / f"{name}.py", staging / f"test_{name}.py"
     try:
         code_bytes = tool.read_bytes()

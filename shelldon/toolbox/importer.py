@@ -66,28 +66,16 @@ def gate_summary(report: GateReport) -> str:
     return "\n".join(parts)
 
 
-def _live_hash(selfcode: Toolbox, name: str) -> str:
-    """The approved hash of live tool ``name`` ("" when it is not live)."""
-    return selfcode.approved_hash(name) if name in selfcode.live() else ""
-
-
+@dataclass(frozen=True, slots=True)
 class _Importer:
     """Imports tools one by one into one workspace, auditing into one store."""
 
-    def __init__(
-        self,
-        selfcode: Toolbox,
-        store: Store,
-        ask: Ask,
-        *,
-        replace: bool,
-        archive: Path,
-        via: str = "import",
-    ) -> None:
-        self.selfcode, self.store, self.ask = selfcode, store, ask
-        self.replace = replace
-        self.archive = str(archive)
-        self.via = via
+    selfcode: Toolbox
+    store: Store
+    ask: Ask
+    replace: bool
+    archive: str
+    via: str
 
     def audit(self, actor: str, action: str, tool: ArchivedTool, **detail: object) -> None:
         self.store.audit.record(
@@ -106,7 +94,7 @@ class _Importer:
 
     def import_one(self, tool: ArchivedTool) -> ImportResult:
         name = tool.name
-        live_hash = _live_hash(self.selfcode, name)
+        live_hash = self.selfcode.approved_hash(name) if name in self.selfcode.live() else ""
         if live_hash == tool.code_hash:
             return ImportResult(name, Outcome.UNCHANGED, "already live with the same code", "")
         taken = live_hash or name in self.selfcode.quarantined()
@@ -178,7 +166,7 @@ def import_tools(
 ) -> tuple[ImportResult, ...]:
     """Stage, gate, ask and promote (or discard) each tool in turn; ``on_result`` hears each
     outcome as soon as it is known; ``via`` says in the audit log what brought them in."""
-    importer = _Importer(selfcode, store, ask, replace=replace, archive=archive, via=via)
+    importer = _Importer(selfcode, store, ask, replace, str(archive), via)
     results: list[ImportResult] = []
     for tool in tools:
         result = importer.import_one(tool)

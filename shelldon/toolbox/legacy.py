@@ -27,7 +27,7 @@ import structlog
 from shelldon.config import Settings
 from shelldon.store import Store
 from shelldon.toolbox.manifest import code_hash
-from shelldon.toolbox.tool_files import ToolFileError, module_files, read_tool_bytes
+from shelldon.toolbox.tool_files import ToolFileError, module_files, read_or_empty, read_tool_bytes
 from shelldon.toolbox.toolbox import StemError, Toolbox, ToolboxError, normalize_stem
 
 log = structlog.get_logger(__name__)
@@ -46,11 +46,6 @@ class LegacyReport:
     carried: tuple[str, ...] = ()
     refused: tuple[tuple[str, str], ...] = ()
     parked: tuple[str, ...] = ()
-
-    @property
-    def moved_anything(self) -> bool:
-        """Whether there was an old toolbox at all."""
-        return bool(self.carried or self.refused or self.parked)
 
 
 def legacy_dirs(workspace: Path) -> tuple[Path, ...]:
@@ -113,12 +108,8 @@ def _carry(
         return "the audit log has no promotion of it by the owner"
     if promoted[stem] != digest:
         return "its code is not what the owner approved (the audit log has another hash)"
-    test = b""
-    with contextlib.suppress(ToolFileError):
-        test = read_tool_bytes(workspace / "tools-tests" / f"test_{stem}.py")
-    reason = b""
-    with contextlib.suppress(ToolFileError):
-        reason = read_tool_bytes(workspace / "tools-quarantine" / f"{stem}.reason")
+    test = read_or_empty(workspace / "tools-tests" / f"test_{stem}.py")
+    reason = read_or_empty(workspace / "tools-quarantine" / f"{stem}.reason")
     try:
         selfcode.promote(stem, data, test, expected_hash=digest)
         if state == "quarantined":
@@ -147,47 +138,42 @@ def _keep_parked_bytes(staging: Path, store: Store) -> tuple[str, ...]:
             continue
         if code_hash(data) != digest:
             continue
-        test = b""
-        with contextlib.suppress(ToolFileError):
-            test = read_tool_bytes(staging / f"test_{name}.py")
+        test = read_or_empty(staging / f"test_{name}.py")
         if store.parked.keep_promotion_code(turn_id, data, test):
             kept.append(name)
     return tuple(kept)
 
 
 def _set_aside(workspace: Path, old_dirs: tuple[Path, ...]) -> None:
-    """Remove the old directories: what is left of ``tools/`` and ``tools-quarantine/`` (the
-    refused modules and their notes) goes to ``tools-unapproved/``; the old manifest, the
-    kept tests and the staged pairs are copies of what the toolbox and the store hold now."""
-    aside = workspace / UNAPPROVED_DIR
+    """Remove the old directories; the refused modules left in ``tools/`` and
+    ``tools-quarantine/`` go to ``tools-unapproved/`` (the rest are copies of what the toolbox
+    and the store hold now)."""
     for old in old_dirs:
         with contextlib.suppress(FileNotFoundError):
             (old / "manifest.json").unlink()
-        keep = old.name in ("tools", "tools-quarantine") and any(old.iterdir())
-        if keep:
-            aside.mkdir(mode=0o700, exist_ok=True)
-            target = aside / old.name
-            if os.path.lexists(target):
-                target = aside / f"{old.name}-{int(time.time())}"
-            os.replace(old, target)
+        if old.name in ("tools", "tools-quarantine") and any(old.iterdir()):
+            _move_aside(workspace, old)
         else:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def _move_aside(workspace: Path, old: Path) -> None:
+    aside = workspace / UNAPPROVED_DIR
+    aside.mkdir(mode=0o700, exist_ok=True)
+    target = aside / old.name
+    if os.path.lexists(target):
+        target = aside / f"{old.name}-{int(time.time())}"
+    os.replace(old, target)
 
 
 def set_aside_restored(workspace: Path) -> tuple[str, ...]:
     """Move an old toolbox found in a restored workspace to ``tools-unapproved/`` whole,
     carrying nothing over: the audit log that would vouch for its tools came in the same
     backup, so it vouches for nothing. Returns the names of the directories moved."""
-    moved: list[str] = []
-    for old in legacy_dirs(workspace):
-        aside = workspace / UNAPPROVED_DIR
-        aside.mkdir(mode=0o700, exist_ok=True)
-        target = aside / old.name
-        if os.path.lexists(target):
-            target = aside / f"{old.name}-{int(time.time())}"
-        os.replace(old, target)
-        moved.append(old.name)
-    return tuple(moved)
+    found = legacy_dirs(workspace)
+    for old in found:
+        _move_aside(workspace, old)
+    return tuple(old.name for old in found)
 
 
 def prepare_toolbox(settings: Settings) -> LegacyReport:

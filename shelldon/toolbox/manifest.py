@@ -1,14 +1,12 @@
 """The live manifest the toolbox writes from the owner's approvals.
 
-``write_manifest`` writes ``<toolbox>/live/manifest.json`` from the approved code hashes (the
-store's ``approved_tools``, passed in), never from what happens to be on disk: a live file
-becomes an entry only when its bytes hash to its approval. Workers read the manifest (the live
-directory is read-only to them under every filesystem layer) and build their self-coded tools
-from it, one small JSON file per turn instead of hundreds of modules. A file that does not match
-its approval (or is missing, a link, not a regular file) is listed as ``tampered``; an approved
-file that no longer meets the convention is ``broken`` (discovery reports those as tool failures
-so the strike ledger can quarantine them). A manifest that is missing or unreadable means no
-self-coded tools until the toolbox writes it again: nothing falls back to the files on disk.
+``<toolbox>/live/manifest.json`` is written from the approved code hashes, never from what
+happens to be on disk: a live file becomes an entry only when its bytes hash to its approval.
+Workers build their self-coded tools from it, one small JSON file per turn instead of hundreds
+of modules. A file that is not its approval (or is missing, a link, not a regular file) is
+``tampered``; approved bytes that break the convention are ``broken`` (discovery reports those
+as tool failures, so the strike ledger can quarantine them). A missing or unreadable manifest
+means no self-coded tools until the toolbox writes it again: nothing falls back to the files.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -120,18 +118,9 @@ def build_manifest(
 def _to_json(manifest: Manifest) -> dict[str, Any]:
     return {
         "format": MANIFEST_FORMAT,
-        "tools": [
-            {
-                "name": e.name,
-                "description": e.description,
-                "params_schema": e.params_schema,
-                "file": e.file,
-                "code_hash": e.code_hash,
-            }
-            for e in manifest.entries
-        ],
-        "broken": [{"name": b.name, "file": b.file, "error": b.error} for b in manifest.broken],
-        "tampered": [{"name": b.name, "file": b.file, "error": b.error} for b in manifest.tampered],
+        "tools": [asdict(e) for e in manifest.entries],
+        "broken": [asdict(b) for b in manifest.broken],
+        "tampered": [asdict(b) for b in manifest.tampered],
     }
 
 

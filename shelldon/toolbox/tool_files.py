@@ -48,6 +48,14 @@ def read_tool_bytes(path: Path, limit: int = MAX_TOOL_BYTES) -> bytes:
         os.close(fd)
 
 
+def read_or_empty(path: Path) -> bytes:
+    """``read_tool_bytes(path)``, or b"" for a file that is missing or must not be read."""
+    try:
+        return read_tool_bytes(path)
+    except ToolFileError:
+        return b""
+
+
 def module_files(tools_dir: Path) -> list[Path]:
     """The candidate tool modules in ``tools_dir``: ``<identifier>.py`` names, sorted."""
     try:

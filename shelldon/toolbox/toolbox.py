@@ -1,7 +1,7 @@
-"""Self-coded tools on disk: stage, gate, promote, discard, quarantine, restore.
+"""Self-coded tools on disk: stage, gate, promote, quarantine, restore, retire.
 
-``Toolbox`` is the sole writer of the toolbox, ``<home>/toolbox/``, which lies outside the
-workspace and is out of every worker's and gate run's reach under both filesystem layers::
+``Toolbox`` is the sole writer of ``<home>/toolbox/``, which lies outside the workspace and out
+of every worker's and gate run's reach under both filesystem layers::
 
     live/         <stem>.py + manifest.json: the one part a worker sees, read-only
     tests/        test_<stem>.py kept at promotion, so an export can carry it
@@ -11,27 +11,20 @@ workspace and is out of every worker's and gate run's reach under both filesyste
                   the only place that run may write; removed when the gate is done
 
 What the owner approved is kept in the store, not on disk: a passing gate parks the exact bytes
-it judged with the promotion (``Staged.code``/``Staged.test``), and ``promote`` writes those
-bytes to a new file, after checking their hash against the one the owner was shown, and records
-that hash in ``approved_tools``. Nothing a gate run wrote is ever renamed into place, so a test
-that hard-linked or rewrote files in its staging directory changes nothing that runs later. The
-manifest is rewritten from ``approved_tools`` after every change: a file whose bytes do not hash
-to its approval is never listed as a tool. Quarantine and restore move a file without approving
-it again; restore refuses a quarantined file that is not the approved code. Retiring a tool
-withdraws its approval first (so it is out of the manifest at once), then moves its file and
-kept test into ``retired/``, where nothing loads them.
+it judged, and ``promote`` writes those bytes to a new file once their hash is the one the owner
+was shown, and records it in ``approved_tools``. Nothing a gate run wrote is ever renamed into
+place, so a test that hard-linked or rewrote files in its staging directory changes nothing that
+runs later. The manifest is rewritten from ``approved_tools`` after every change, so a file
+whose bytes do not hash to its approval is never listed. Quarantine and restore move a file
+without approving it again (restore refuses one that is not the approved code).
 
 Every file is written to a temp file, fsynced and renamed, so a worker sees the old toolbox or
-the new one, never half of one. Where no filesystem layer is in force, nothing is staged or
-gated (``shelldon.toolbox.policy``).
+the new one, never half of one. Without a filesystem layer nothing is staged or gated
+(``shelldon.toolbox.policy``).
 
-Replacement. A name that is live (or quarantined) is refused unless the caller asks for a
-replacement explicitly (``stage(..., replace=True)`` and ``promote(..., replace=True)``): a new
-version of a tool the owner already trusts is a decision the owner makes with the new code in
-front of them, never a side effect of picking a name twice. Promoting a replacement of a
-quarantined tool drops the quarantined copy.
-
-Not thread-safe: one actor owns a ``Toolbox``.
+A live or quarantined name is replaced only when the caller says so (``replace=True``): a new
+version of a tool the owner trusts is their decision with the new code in front of them, never
+a side effect of picking a name twice. Not thread-safe: one actor owns a ``Toolbox``.
 """
 
 from __future__ import annotations
@@ -59,34 +52,17 @@ from shelldon.toolbox.view import LiveSource, Tampered, ToolboxView
 
 log = structlog.get_logger(__name__)
 
-__all__ = [
-    "MAX_SOURCE_BYTES",
-    "GateReport",
-    "GateRun",
-    "LiveSource",
-    "Retired",
-    "Toolbox",
-    "ToolboxError",
-    "Staged",
-    "StemError",
-    "Tampered",
-    "normalize_stem",
-]
-
-MAX_SOURCE_BYTES = MAX_TOOL_BYTES
+__all__ = ["LiveSource", "Staged", "StemError", "Toolbox", "ToolboxError", "normalize_stem"]
 
 
 @dataclass(frozen=True, slots=True)
 class Staged:
-    """A staged tool: its stem, the name the model asked for, its own staging directory with
-    both files, the bytes written there (what a passing gate parks) and the code's hash."""
+    """A staged tool: its stem, its module in its own staging directory, the bytes written
+    there (what a passing gate parks) and the code's hash."""
 
     name: str
-    requested: str
     tool_path: Path
-    test_path: Path
     code_hash: str
-    replaces: bool = False
     code: bytes = b""
     test: bytes = b""
 
@@ -118,7 +94,7 @@ class Toolbox(ToolboxView):
     ) -> None:
         super().__init__(toolbox, store)
         self.sandbox = sandbox or SandboxSettings()
-        self.gate_limits = GateLimits.from_settings(limits or LimitsSettings(), sandbox)
+        self.gate_limits = GateLimits.from_settings(limits or LimitsSettings(), self.sandbox)
 
     @classmethod
     def from_settings(cls, settings: Settings, store: Store) -> Toolbox:
@@ -129,8 +105,6 @@ class Toolbox(ToolboxView):
         """Why self-coded tools are off on this machine ("" when they are on)."""
         return selfcoded_refusal(self.sandbox)
 
-    # stage and gate
-
     def stage(self, name: str, code: str, test: str, *, replace: bool = False) -> Staged:
         """Write ``<stem>.py`` and ``test_<stem>.py`` into a new staging directory of their own.
         Refused where no filesystem layer would confine the gate's run of the test."""
@@ -140,9 +114,9 @@ class Toolbox(ToolboxView):
         stem = normalize_stem(name)
         data = {"code": _encode(code, "code"), "test": _encode(test, "test")}
         for what, blob in data.items():
-            if len(blob) > MAX_SOURCE_BYTES:
+            if len(blob) > MAX_TOOL_BYTES:
                 raise ToolboxError(
-                    f"the tool's {what} is {len(blob)} bytes; the limit is {MAX_SOURCE_BYTES} "
+                    f"the tool's {what} is {len(blob)} bytes; the limit is {MAX_TOOL_BYTES} "
                     "(64 KB): make it smaller"
                 )
         known = self.store.tools.approval(stem)
@@ -155,20 +129,15 @@ class Toolbox(ToolboxView):
         self._sweep_stale_gate_dirs()
         directory = Path(tempfile.mkdtemp(prefix=f"{stem}-", dir=self.staging_dir))
         tool_path = directory / f"{stem}.py"
-        test_path = directory / f"test_{stem}.py"
-        write_new(test_path, data["test"])
+        write_new(directory / f"test_{stem}.py", data["test"])
         write_new(tool_path, data["code"])
         digest = code_hash(data["code"])
-        staged = Staged(
-            stem, name, tool_path, test_path, digest, replace, data["code"], data["test"]
-        )
         log.info("tool_staged", tool=stem, code_hash=digest, replaces=replace)
-        return staged
+        return Staged(stem, tool_path, digest, data["code"], data["test"])
 
     def start_gate(self, staged: Staged, start: Launch | None = None) -> GateRun:
-        """Start the gate without waiting (see ``GateRun``; ``start`` forks its pytest, here by
-        default); its staging directory is removed once the gate is done, passed or not (a
-        passing tool's bytes are in ``staged``)."""
+        """Start the gate without waiting (``start`` forks its pytest, here by default); its
+        staging directory goes once it is done (a passing tool's bytes are in ``staged``)."""
 
         def drop_directory(_report: GateReport) -> None:
             shutil.rmtree(staged.directory, ignore_errors=True)
@@ -178,8 +147,6 @@ class Toolbox(ToolboxView):
     def run_gate(self, staged: Staged) -> GateReport:
         """Gate the staged tool and wait for the verdict."""
         return self.start_gate(staged).wait()
-
-    # owner decisions
 
     def promote(
         self,
@@ -192,11 +159,10 @@ class Toolbox(ToolboxView):
         replaces_hash: str = "",
         turn_id: str = "",
     ) -> Path:
-        """Make ``code`` (the parked bytes the gate passed) live tool ``name``: checked against
-        ``expected_hash`` (what the owner was shown), recorded as approved, written to a new
-        file; ``test`` is kept beside it for export. A replacement shown as a diff against
-        approved code ``replaces_hash`` is refused if the tool is no longer that code.
-        Returns the live path."""
+        """Make ``code`` (the parked bytes the gate passed, which must hash to ``expected_hash``,
+        what the owner was shown) live tool ``name`` in a new file, ``test`` kept for export;
+        a replacement is refused if the tool is no longer the code ``replaces_hash`` it was
+        shown against. Returns the live path."""
         stem = normalize_stem(name)
         data = code if isinstance(code, bytes) else _encode(code, "code")
         test_data = test if isinstance(test, bytes) else _encode(test, "test")
@@ -210,7 +176,7 @@ class Toolbox(ToolboxView):
                 f"the code of {stem!r} is not the code that was approved (hash changed); "
                 "propose it again"
             )
-        if len(data) > MAX_SOURCE_BYTES or len(test_data) > MAX_SOURCE_BYTES:
+        if len(data) > MAX_TOOL_BYTES or len(test_data) > MAX_TOOL_BYTES:
             raise ToolboxError(f"the code or test of {stem!r} is over 64 KB")
         current = self.store.tools.approval(stem)
         if current is not None and not replace:
@@ -237,20 +203,6 @@ class Toolbox(ToolboxView):
         self.write_manifest()
         log.info("tool_promoted", tool=stem, code_hash=expected_hash, replaced=replace)
         return live
-
-    def discard(self, name: str) -> bool:
-        """Remove what is left of ``name``'s gate runs in staging; True if anything was there.
-        (A parked promotion's bytes live in the store and go when it is taken.)"""
-        stem = normalize_stem(name)
-        removed = False
-        for entry in self.staging_dir.glob(f"{stem}-*"):
-            shutil.rmtree(entry, ignore_errors=True)
-            removed = True
-        if removed:
-            log.info("tool_discarded", tool=stem)
-        return removed
-
-    # strikes
 
     def quarantine(self, name: str, reason: str) -> Path:
         """Move live tool ``name`` out of discovery's reach, noting why; its approval (and its
@@ -335,8 +287,6 @@ class Toolbox(ToolboxView):
         log.info("tool_retired", tool=stem, code_hash=known.code_hash, archive=str(archive))
         return Retired(stem, known.code_hash, known.state, archive)
 
-    # the manifest and start-up
-
     def write_manifest(self) -> Manifest:
         """Rewrite the live manifest from the approvals in the store (never from the files)."""
         approved = {t.name: t.code_hash for t in self._approved("live")}
@@ -356,22 +306,14 @@ class Toolbox(ToolboxView):
             log.warning("toolbox_file_refused", tool=bad.name, state=bad.state, problem=bad.problem)
         return found
 
-    def sweep_staging(self) -> tuple[str, ...]:
+    def sweep_staging(self) -> None:
         """Remove every gate run's staging directory (what a crash mid-gate leaves behind);
         parked promotions keep their bytes in the store, so none is needed after a gate."""
-        removed = []
-        for entry in sorted(self.staging_dir.iterdir()):
-            removed.append(entry.name)
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    entry.unlink()
-        if removed:
-            log.info("staging_swept", entries=len(removed))
-        return tuple(removed)
-
-    # internals
+        entries = list(self.staging_dir.iterdir())
+        for entry in entries:
+            _remove(entry)
+        if entries:
+            log.info("staging_swept", entries=len(entries))
 
     def _drop_quarantined(self, stem: str) -> None:
         for path in (self.quarantine_dir / f"{stem}.py", self.quarantine_dir / f"{stem}.reason"):
@@ -384,10 +326,16 @@ class Toolbox(ToolboxView):
         for entry in self.staging_dir.iterdir():
             with contextlib.suppress(OSError):
                 if entry.lstat().st_mtime < cutoff:
-                    if entry.is_dir() and not entry.is_symlink():
-                        shutil.rmtree(entry, ignore_errors=True)
-                    else:
-                        entry.unlink()
+                    _remove(entry)
+
+
+def _remove(entry: Path) -> None:
+    """Remove a staging entry; a link is unlinked, never followed."""
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            entry.unlink()
 
 
 def _encode(text: str, what: str) -> bytes:

@@ -3,7 +3,6 @@ which tools are live, staged or quarantined, and which files will not run as app
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from shelldon.store import ApprovedTool, Store
 from shelldon.toolbox.errors import ToolboxError
 from shelldon.toolbox.manifest import code_hash
 from shelldon.toolbox.names import normalize_stem
-from shelldon.toolbox.tool_files import ToolFileError, module_files, read_tool_bytes
+from shelldon.toolbox.tool_files import ToolFileError, module_files, read_or_empty, read_tool_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,9 +25,8 @@ class Tampered:
 
 @dataclass(frozen=True, slots=True)
 class LiveSource:
-    """An approved tool's code (verified against its approval) and its kept test (b"" if none),
-    with when the owner approved it and whether it is live or quarantined: what a replacement
-    is compared with."""
+    """What a replacement is compared with: an approved tool's verified code, its kept test
+    (b"" if none), when the owner approved it and whether it is live or quarantined."""
 
     name: str
     code: bytes
@@ -79,13 +77,17 @@ class ToolboxView:
         tool = self.store.tools.approval(normalize_stem(name))
         return tool.code_hash if tool else ""
 
-    def tool_path(self, name: str) -> Path | None:
-        """Where approved tool ``name``'s file belongs (live or quarantine); None if unknown."""
-        tool = self.store.tools.approval(normalize_stem(name))
-        if tool is None:
-            return None
+    def read_approved(self, tool: ApprovedTool) -> tuple[bytes, str]:
+        """Approved ``tool``'s file as it is on disk (live or quarantine), and why it will not
+        run ("" when it holds exactly the approved code)."""
         directory = self.live_dir if tool.state == "live" else self.quarantine_dir
-        return directory / f"{tool.name}.py"
+        try:
+            data = read_tool_bytes(directory / f"{tool.name}.py")
+        except ToolFileError as exc:
+            return b"", str(exc)
+        if code_hash(data) != tool.code_hash:
+            return data, "its code is not what the owner approved"
+        return data, ""
 
     def tampered(self) -> tuple[Tampered, ...]:
         """Every toolbox file that will not run as approved: an approved tool whose file is
@@ -93,17 +95,9 @@ class ToolboxView:
         found: list[Tampered] = []
         approved = {t.name: t for t in self.store.tools.approved()}
         for tool in approved.values():
-            path = self.tool_path(tool.name)
-            assert path is not None
-            try:
-                data = read_tool_bytes(path)
-            except ToolFileError as exc:
-                found.append(Tampered(tool.name, tool.state, str(exc)))
-                continue
-            if code_hash(data) != tool.code_hash:
-                found.append(
-                    Tampered(tool.name, tool.state, "its code is not what the owner approved")
-                )
+            _data, problem = self.read_approved(tool)
+            if problem:
+                found.append(Tampered(tool.name, tool.state, problem))
         for path in module_files(self.live_dir):
             known = approved.get(path.stem)
             if known is None or known.state != "live":
@@ -120,27 +114,18 @@ class ToolboxView:
         no such tool or its file is not the approved code (nothing to compare with then)."""
         stem = normalize_stem(name)
         known = self.store.tools.approval(stem)
-        path = self.tool_path(stem)
-        if known is None or path is None:
+        if known is None:
             return None
-        try:
-            data = read_tool_bytes(path)
-        except ToolFileError:
+        data, problem = self.read_approved(known)
+        if problem:
             return None
-        if code_hash(data) != known.code_hash:
-            return None
-        kept = self.kept_test(stem)
-        test = b""
-        if kept is not None:
-            with contextlib.suppress(ToolFileError):
-                test = read_tool_bytes(kept)
+        test = read_or_empty(self.tests_dir / f"test_{stem}.py")
         return LiveSource(stem, data, test, known.code_hash, known.approved_at, known.state)
 
     def replacement_base(self, name: str, replaces: str) -> LiveSource | None:
-        """What a proposal of ``name`` replaces: None for a new tool (``replaces`` empty), else
-        the approved version it is a new version of. Refused (``ToolboxError``) when
-        ``replaces`` is another name, names no tool, or names one whose file is not the
-        approved code (there is nothing trustworthy to show a diff against)."""
+        """The approved version a proposal of ``name`` replaces (None for a new tool); refused
+        when ``replaces`` is another name, no tool, or one whose file is not the approved code
+        (there is nothing trustworthy to show a diff against)."""
         if not replaces:
             return None
         stem, old = normalize_stem(name), normalize_stem(replaces)
@@ -165,7 +150,4 @@ class ToolboxView:
     def quarantine_reason(self, name: str) -> str:
         """Why tool ``name`` was quarantined ("" if unknown)."""
         path = self.quarantine_dir / f"{normalize_stem(name)}.reason"
-        try:
-            return read_tool_bytes(path).decode("utf-8", "replace")
-        except ToolFileError:
-            return ""
+        return read_or_empty(path).decode("utf-8", "replace")

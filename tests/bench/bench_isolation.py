@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -72,7 +73,7 @@ def main() -> None:
         with Store(settings.database) as store:
             sc = Toolbox.from_settings(settings, store)
             staged = sc.stage("words", TOOL, "")
-            sc.discard(staged.name)
+            shutil.rmtree(staged.directory)
             path = sc.promote(staged.name, staged.code, staged.test, expected_hash=staged.code_hash)
         os.chdir(settings.workspace)
         registry = build_registry(settings)

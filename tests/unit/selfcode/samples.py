@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from shelldon.toolbox.toolbox import Toolbox
@@ -43,7 +44,7 @@ def promote(sc: Toolbox, name: str, code: str, test: str = "", *, replace: bool 
     """Make ``code`` live as a passing gate and the owner's tap would (without running pytest):
     staged in a directory of its own, then promoted from the staged bytes."""
     staged = sc.stage(name, code, test, replace=replace)
-    sc.discard(staged.name)  # what the gate does with its directory once it is done
+    shutil.rmtree(staged.directory)  # what the gate does with its directory once it is done
     return sc.promote(
         staged.name, staged.code, staged.test, expected_hash=staged.code_hash, replace=replace
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from shelldon.config import Settings
 from shelldon.store import Store
-from shelldon.toolbox.legacy import migrate_legacy_toolbox, prepare_toolbox
+from shelldon.toolbox.legacy import LegacyReport, migrate_legacy_toolbox, prepare_toolbox
 from shelldon.toolbox.manifest import code_hash, read_manifest
 from shelldon.toolbox.toolbox import Toolbox
 from tests.unit.toolbox.archives import shelldon
@@ -90,11 +90,11 @@ def test_only_the_code_the_audit_log_approved_is_carried_over(
 def test_moving_runs_once_and_an_untouched_home_is_left_alone(
     settings: Settings, store: Store, sc: Toolbox
 ) -> None:
-    assert not migrate_legacy_toolbox(settings.workspace, sc).moved_anything
+    assert migrate_legacy_toolbox(settings.workspace, sc) == LegacyReport()
     ws = old_home(settings, store)
     migrate_legacy_toolbox(ws, sc)
     again = migrate_legacy_toolbox(ws, sc)
-    assert not again.moved_anything
+    assert again == LegacyReport()
     assert sc.live() == ("adder",)
 
 

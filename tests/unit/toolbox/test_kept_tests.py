@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 from shelldon.config import Settings
 from shelldon.toolbox.toolbox import Toolbox
 from tests.unit.selfcode.samples import ADDER, ADDER_TEST, promote
@@ -26,8 +28,8 @@ def test_a_replacement_brings_its_own_test(sc: Toolbox) -> None:
 
 
 def test_a_discarded_tool_keeps_no_test(sc: Toolbox) -> None:
-    sc.stage("adder", ADDER, ADDER_TEST)
-    sc.discard("adder")
+    staged = sc.stage("adder", ADDER, ADDER_TEST)
+    shutil.rmtree(staged.directory)  # what the gate does with its directory once it is done
     assert sc.kept_test("adder") is None
 
 
