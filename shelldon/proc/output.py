@@ -1,4 +1,5 @@
-"""A child's captured output: a pipe read without blocking into a capped buffer."""
+"""A child's captured output: a pipe read without blocking into a capped buffer; the child's
+side, ``write_all``."""
 
 from __future__ import annotations
 
@@ -86,3 +87,10 @@ class Output:
             self.eof = True
             with contextlib.suppress(OSError):
                 os.close(self.fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to the blocking descriptor ``fd`` (a child's answer)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

@@ -29,7 +29,7 @@ import structlog
 
 from shelldon.proc import sandbox
 from shelldon.proc.child import Child, SpawnError
-from shelldon.proc.output import Output
+from shelldon.proc.output import Output, write_all
 from shelldon.proc.ties import die_with_parent
 
 log = structlog.get_logger(__name__)
@@ -160,9 +160,7 @@ def _child_main(
             for stream in (sys.stdout, sys.stderr):  # what it printed goes before the answer
                 with contextlib.suppress(Exception):  # a tool may have closed or replaced it
                     stream.flush()
-        data = memoryview(msgpack.packb(answer))
-        while data:
-            data = data[os.write(reply, data) :]
+        write_all(reply, msgpack.packb(answer))
         code = 0
     finally:
         os._exit(code)

@@ -28,7 +28,7 @@ import structlog
 from shelldon.contracts import Tier, ToolDefinition
 from shelldon.proc.child import Child, SpawnError, readable
 from shelldon.proc.limits import ProcessLimits, apply_limits
-from shelldon.proc.output import Output
+from shelldon.proc.output import Output, write_all
 from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec, string_params
 
 log = structlog.get_logger(__name__)
@@ -200,9 +200,7 @@ def _child(tree: ast.Expression, ctx: ToolContext, read_fd: int, write_fd: int) 
         cpu_s = min(ctx.rlimit_cpu_s, math.ceil(ctx.eval_timeout_s) + 1)
         apply_limits(ProcessLimits(address_space_mb=ctx.rlimit_as_mb, cpu_s=cpu_s))
         status, text = _render(tree, ctx.max_output_chars)
-        payload = memoryview(status + text.encode("utf-8", errors="replace"))
-        while payload:
-            payload = payload[os.write(write_fd, payload) :]
+        write_all(write_fd, status + text.encode("utf-8", errors="replace"))
     finally:
         os._exit(0)
 
