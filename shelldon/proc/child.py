@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import select
 import signal
@@ -117,7 +118,7 @@ class Child:
 
     def exit_fileno(self) -> int:
         """A descriptor that becomes readable once the child exited (its pidfd); -1 where the
-        kernel has none (the owner then polls ``exited``)."""
+        kernel has none. The zygote watches a gate's ``Child`` and a ``WorkerHandle`` by it."""
         return self.pidfd
 
     def exited(self) -> bool:
@@ -141,6 +142,43 @@ class Child:
             else:
                 time.sleep(min(0.002, left))
         return True
+
+    def pump(
+        self,
+        outputs: Sequence[Output],
+        deadline: float | None = None,
+        *,
+        until_full: Output | None = None,
+    ) -> bool:
+        """Read ``outputs`` until the child exits (True, after a last read of what is left), or
+        ``deadline`` (``time.monotonic()``) passes or ``until_full`` overflows its cap (False).
+        Its exit, not EOF, ends the wait: a process it left behind may hold a copy of a pipe."""
+        poller = select.poll()
+        for output in outputs:
+            if not output.eof:
+                poller.register(output.fd, select.POLLIN)
+        if self.pidfd >= 0:
+            poller.register(self.pidfd, select.POLLIN)
+        while True:
+            exited = self.exited()
+            for output in outputs:
+                if not output.eof:
+                    output.drain()
+                    if output.eof:
+                        poller.unregister(output.fd)
+            if exited:
+                return True
+            if until_full is not None and until_full.truncated:
+                return False
+            timeout_ms = None
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                timeout_ms = max(1, math.ceil(left * 1000))
+            if self.pidfd < 0:  # without a pidfd the exit is noticed within 50 ms
+                timeout_ms = 50 if timeout_ms is None else min(timeout_ms, 50)
+            poller.poll(timeout_ms)
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Signal the child's group and the child (with SIGKILL its cgroup too: stragglers

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -63,7 +62,9 @@ def run_isolated(
     reply = Output(reply_r, 4 * max_output_chars + 1024)
     printed = Output(out_r, PRINT_CAP)
     with child:  # killed, reaped and released however this block is left
-        _pump(child, reply, printed)
+        # No deadline of its own: the turn's ceiling holds outside (the worker's group is
+        # killed, this child with it).
+        child.pump((reply, printed), until_full=reply)
         if reply.truncated:
             child.kill()
         code = child.reap(block=True)
@@ -77,26 +78,6 @@ def run_isolated(
     if reply.truncated:
         raise IsolatedToolError(f"{name} returned more than {max_output_chars} characters")
     return _decode(name, reply.data(), code)
-
-
-def _pump(child: Child, reply: Output, printed: Output) -> None:
-    """Read both pipes until the child has exited (then what is left in them), or until the
-    answer overflows its cap. Its exit, not EOF, ends the wait: a process the tool left behind
-    may hold a copy of a pipe. No deadline of its own: the turn's ceiling holds outside (the
-    worker's group is killed, this child with it)."""
-    while not reply.truncated:
-        exited = child.exited()
-        for output in (reply, printed):
-            output.drain()
-        if exited or reply.truncated:
-            return
-        poller = select.poll()
-        for output in (reply, printed):
-            if not output.eof:
-                poller.register(output.fd, select.POLLIN)
-        if child.exit_fileno() >= 0:
-            poller.register(child.exit_fileno(), select.POLLIN)
-        poller.poll(None if child.exit_fileno() >= 0 else 50)
 
 
 def _decode(name: str, data: bytes, code: int | None) -> str:

@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 import structlog
 
 from shelldon.contracts import Tier, ToolDefinition
-from shelldon.proc.child import Child, SpawnError, readable
+from shelldon.proc.child import Child, SpawnError
 from shelldon.proc.limits import ProcessLimits, apply_limits
 from shelldon.proc.output import Output, write_all
 from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec, string_params
@@ -236,13 +236,7 @@ def evaluate_bounded(tree: ast.Expression, ctx: ToolContext) -> str:
     output = Output(read_fd, 4 * ctx.max_output_chars + 256)
     with child:  # killed, reaped and released however this block is left
         try:
-            while not output.eof and not output.truncated:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                if readable(read_fd, left):
-                    output.drain()
-            cut_short = output.truncated or not output.eof
+            cut_short = not child.pump((output,), deadline, until_full=output) or output.truncated
         finally:
             output.close()
         if cut_short:

@@ -12,7 +12,6 @@ new is the run's, so one process runs one ``run_bounded`` at a time, as the work
 from __future__ import annotations
 
 import os
-import select
 import signal
 import time
 from collections.abc import Mapping, Sequence
@@ -24,7 +23,6 @@ import structlog
 from shelldon.contracts import Tier, ToolDefinition
 from shelldon.proc.child import Child, readable
 from shelldon.proc.limits import ProcessLimits, preexec_with_limits
-from shelldon.proc.output import Output
 from shelldon.proc.sweep import snapshot, sweep_descendants
 from shelldon.proc.ties import become_subreaper
 from shelldon.worker.tools.gitconfig import config_findings, refusal, repository_config
@@ -70,7 +68,7 @@ def run_bounded(
     output = child.output
     assert output is not None
     with child:
-        timed_out = not _pump(child, output, time.monotonic() + timeout_s)
+        timed_out = not child.pump((output,), time.monotonic() + timeout_s)
         if timed_out:
             child.kill(signal.SIGTERM)
             child.wait_exit(TERM_GRACE_S)
@@ -87,25 +85,6 @@ def run_bounded(
         log.info("shell_descendants_swept", count=swept, argv0=argv[0])
     code = None if timed_out else child.exit_code
     return RunOutcome(code, output.data(), output.truncated, timed_out)
-
-
-def _pump(child: Child, output: Output, deadline: float) -> bool:
-    """Read output until the child exits (True) or the deadline passes (False)."""
-    poller = select.poll()
-    poller.register(output.fd, select.POLLIN)
-    if child.exit_fileno() >= 0:
-        poller.register(child.exit_fileno(), select.POLLIN)
-    while not child.exited():
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        # Without a pidfd the exit is noticed within the 50 ms poll.
-        for fd, _ in poller.poll(max(1, int(min(left, 0.05) * 1000))):
-            if fd == output.fd:
-                output.drain()
-                if output.eof:
-                    poller.unregister(fd)
-    return True
 
 
 def render(outcome: RunOutcome, cap: int) -> str:

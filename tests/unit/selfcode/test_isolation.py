@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -140,6 +141,19 @@ def test_a_tool_that_exits_dies_or_floods_fails_alone(
     assert said in result.content
     assert [f.name for f in registry.failures] == ["wild"]
     assert call(registry, "wild").ok is False  # and again: nothing in the worker broke
+
+
+def test_a_tool_that_floods_its_answer_and_then_hangs_is_not_waited_for(
+    sc: Toolbox, ctx: ToolContext
+) -> None:
+    # The overflow ends the wait, not the tool's exit: the worker does not sit out its sleep.
+    flood = 4 * ctx.max_output_chars + 10_000
+    body = f"os.write(3, b'x' * {flood})\n    time.sleep(30)"
+    registry = live(sc, ctx, "flooder", tool(body=body, head="import os\nimport time"))
+    started = time.monotonic()
+    result = call(registry, "flooder")
+    assert "returned more than" in result.content
+    assert time.monotonic() - started < 10
 
 
 def test_the_tools_files_are_still_its_own_workspace(
