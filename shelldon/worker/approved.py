@@ -26,7 +26,7 @@ import structlog
 from shelldon.contracts import ContractError, ToolCall, ToolResult, decode, encode
 from shelldon.proc import sandbox
 from shelldon.proc.child import Child, SpawnError
-from shelldon.proc.output import Output
+from shelldon.proc.output import Output, write_all
 from shelldon.proc.ties import die_with_parent
 from shelldon.worker.tools import Registry
 from shelldon.worker.tools.registry import execute_tool
@@ -102,9 +102,7 @@ def _child_main(
         tempfile.tempdir = None
         sandbox.confine_call(c, network=network)
         result = execute_tool(registry, call, approved=True)
-        data = memoryview(encode(result))
-        while data:
-            data = data[os.write(reply_w, data) :]
+        write_all(reply_w, encode(result))
         code = 0
     except BaseException as exc:
         with contextlib.suppress(BaseException):
