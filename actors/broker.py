@@ -143,6 +143,3 @@ class BrokerActor(WiredActor):
                     log.exception("provider_close_failed")
             self.bridge.close()
             self.bridge = None
-        if self.store is not None:
-            self.store.close()
-            self.store = None

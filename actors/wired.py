@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from thespian.actors import ActorAddress
+from thespian.actors import ActorAddress, ActorExitRequest, ThespianWatch
 
 from actors.base import ContractActor
 from actors.messages import Wire
@@ -32,3 +32,12 @@ class WiredActor(ContractActor):
     def wired(self, msg: Wire, *, first: bool) -> None:
         """Called after every Wire; ``first`` on the one at start (a re-Wire after a peer's
         restart only changes addresses: never reload state on it)."""
+
+    def receiveMessage(self, message: Any, sender: ActorAddress) -> ThespianWatch | None:
+        """Route as the door does; on exit, close the store after the subclass's own exit
+        handler ran (or raised), so an actor restarted after each crash leaks no connection."""
+        watch = super().receiveMessage(message, sender)
+        if isinstance(message, ActorExitRequest) and self.store is not None:
+            self.store.close()
+            self.store = None
+        return watch
