@@ -82,16 +82,18 @@ class ArbiterActor(WiredActor):
 
     def wired(self, msg: Wire, *, first: bool) -> None:
         assert self.store is not None
-        self.selfcode = Toolbox.from_settings(msg.settings, self.store)
-        owners = owners_of(msg.settings.telegram.allowed_users, console=msg.transport == "console")
+        boot = msg.boot
+        console = boot.transport == "console"
+        self.selfcode = Toolbox.from_settings(boot.settings, self.store)
+        owners = owners_of(boot.settings.telegram.allowed_users, console=console)
         if self.arbiter is not None:
             self.arbiter.owners = owners
             self._run([fx.Pump()])
             return
-        self.arbiter = rules.Arbiter(msg.settings.limits, owners)
+        self.arbiter = rules.Arbiter(boot.settings.limits, owners)
         started = self.arbiter.on_start(
             fresh=msg.fresh,
-            console=msg.transport == "console",
+            console=console,
             unanswered=self.store.inbox.unanswered(),
             unfinished=self.store.inbox.unfinished(),
             now=time.time(),

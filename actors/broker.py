@@ -39,14 +39,14 @@ class BrokerActor(WiredActor):
     def wired(self, msg: Wire, *, first: bool) -> None:
         if not first:
             return
-        brain = msg.settings.brain
-        self.photos.max_bytes = 2 * msg.settings.photos.max_bytes
-        if msg.settings.photos.enabled(brain):
+        brain = msg.boot.settings.brain
+        self.photos.max_bytes = 2 * msg.boot.settings.photos.max_bytes
+        if msg.boot.settings.photos.enabled(brain):
             return_big_buffers()  # process-wide: the transport's download is in this process
         self.bridge = AsyncBridge("broker")
         self.watch(self.bridge.fileno())
         try:
-            main = load_provider(msg.settings)
+            main = load_provider(msg.boot.settings)
         except SecretMissingError as exc:
             self.load_kind, self.load_error = "no_key", str(exc)
             log.error("provider_not_loaded", error=self.load_error)
@@ -56,7 +56,7 @@ class BrokerActor(WiredActor):
             log.error("provider_not_loaded", error=self.load_error)
             return
         try:
-            make_fallback = load_fallback(msg.settings)
+            make_fallback = load_fallback(msg.boot.settings)
         except SecretMissingError as exc:
             # Start-up refuses this; a key gone since then costs the fallback, not the main.
             make_fallback = None
@@ -67,7 +67,7 @@ class BrokerActor(WiredActor):
             (brain.provider, brain.model),
             make_fallback,
             fallback,
-            fallback_sees=msg.settings.photos.enabled(brain.fallback),
+            fallback_sees=msg.boot.settings.photos.enabled(brain.fallback),
         )
         log.info(
             "brain_ready",

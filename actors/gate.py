@@ -50,8 +50,8 @@ class GateRunnerActor(WiredActor):
 
     def wired(self, msg: Wire, *, first: bool) -> None:
         assert self.store is not None
-        self.selfcode = Toolbox.from_settings(msg.settings, self.store)
-        self.zygote = msg.zygote
+        self.selfcode = Toolbox.from_settings(msg.boot.settings, self.store)
+        self.zygote = msg.boot.zygote
         if first:
             # A gate cut short by a crash left its staging directory; parked promotions keep
             # their bytes in the store, so none is needed.

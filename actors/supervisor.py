@@ -69,10 +69,8 @@ class SupervisorActor(ContractActor):
         b = self.boot
         assert b is not None
         peers = {**self.children, "supervisor": self.myAddress}
-        for role, address in self.children.items():
-            fds = b.console_fds if role == "transport" else ()
-            wire = Wire(b.settings, peers, b.transport, fds, b.story, b.auto_yes, fresh, b.zygote)
-            self.send(address, wire)
+        for address in self.children.values():
+            self.send(address, Wire(b, peers, fresh))
 
     def _status(self) -> Status:
         fatal = self.fatal

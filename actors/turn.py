@@ -74,7 +74,7 @@ class TurnActor(WiredActor):
         self.note = ""  # the fallback's note for this run's reply, told once
 
     def wired(self, msg: Wire, *, first: bool) -> None:
-        self.zygote = msg.zygote
+        self.zygote = msg.boot.zygote
 
     def receiveMsg_StartTurn(self, msg: StartTurn, sender: ActorAddress) -> None:
         self._start(msg.request, msg.request.source)

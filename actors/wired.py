@@ -24,9 +24,9 @@ class WiredActor(ContractActor):
 
     def receiveMsg_Wire(self, msg: Wire, sender: ActorAddress) -> None:
         first = self.settings is None
-        self.settings, self.peers = msg.settings, msg.peers
+        self.settings, self.peers = msg.boot.settings, msg.peers
         if self.store is None:
-            self.store = Store(msg.settings.database)
+            self.store = Store(msg.boot.settings.database)
         self.wired(msg, first=first)
 
     def wired(self, msg: Wire, *, first: bool) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from thespian.actors import ActorAddress, ActorExitRequest
 
-from actors.messages import Crash, Wire
+from actors.messages import Boot, Crash, Wire
 from actors.strikes import StrikeLedgerActor
 from actors.wired import WiredActor
 from shelldon.config import Settings
@@ -43,7 +43,7 @@ def test_an_actor_crashed_again_and_again_leaks_no_database_descriptor(
 ) -> None:
     def crash_one() -> None:
         address = running.createActor(actor)
-        running.tell(address, Wire(settings))
+        running.tell(address, Wire(Boot(settings)))
         running.tell(address, Crash())
         running.driver.step(0.2)
 
