@@ -40,7 +40,8 @@ from shelldon.rules.turnwatch import (
 )
 from shelldon.worker.channel import FrameError
 from shelldon.worker.handle import Worker
-from shelldon.worker.zygote import REQUEST_TIMEOUT_S, PendingSpawn, Zygote, ZygoteWorkerHandle
+from shelldon.worker.remote import PendingSpawn, ZygoteWorkerHandle
+from shelldon.worker.zygote import REQUEST_TIMEOUT_S, Zygote
 
 log = structlog.get_logger(__name__)
 

@@ -75,14 +75,6 @@ from shelldon.worker.remote import PendingSpawn, ZygoteError, ZygoteGate, Zygote
 from shelldon.worker.spawn import RegistryFactory, above_stdio
 from shelldon.worker.zygote_server import MAX_MESSAGE, ZygoteServer
 
-__all__ = [
-    "MAX_MESSAGE",
-    "PendingSpawn",
-    "Zygote",
-    "ZygoteError",
-    "ZygoteWorkerHandle",
-]
-
 log = structlog.get_logger(__name__)
 
 REQUEST_TIMEOUT_S = 5.0
