@@ -12,22 +12,12 @@ from pathlib import Path
 import structlog
 from thespian.actors import ActorAddress, ActorExitRequest, WakeupMessage, WatchMessage
 
-from actors.messages import (
-    TOOL_REFUSED,
-    GateTool,
-    QuarantineDue,
-    Wire,
-)
+from actors.messages import TOOL_REFUSED, GateTool, QuarantineDue, Wire
 from actors.wired import WiredActor
 from shelldon.contracts import Decision
 from shelldon.proc.child import SpawnError
 from shelldon.rules import promotion
-from shelldon.rules.effects import (
-    RecordReply,
-    RoutePromotion,
-    Say,
-    SettleTap,
-)
+from shelldon.rules.effects import RecordReply, RoutePromotion, Say, SettleTap
 from shelldon.rules.promotion import Proposal
 from shelldon.rules.strikes import quarantine_reason, quarantined_text
 from shelldon.toolbox.gate import GateLimits, GateRun, PendingGate

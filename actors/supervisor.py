@@ -13,15 +13,7 @@ from actors.arbiter import ArbiterActor
 from actors.base import ContractActor
 from actors.broker import BrokerActor
 from actors.gate import GateRunnerActor
-from actors.messages import (
-    Boot,
-    Fatal,
-    PeerRestarted,
-    Ping,
-    Status,
-    TransportPolling,
-    Wire,
-)
+from actors.messages import Boot, Fatal, PeerRestarted, Ping, Status, TransportPolling, Wire
 from actors.strikes import StrikeLedgerActor
 from actors.transport import TransportActor
 from actors.turn import TurnActor

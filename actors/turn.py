@@ -15,15 +15,7 @@ from dataclasses import dataclass
 import structlog
 from thespian.actors import ActorAddress, ActorExitRequest, WakeupMessage, WatchMessage
 
-from actors.messages import (
-    Fatal,
-    JobAnswer,
-    StartTurn,
-    TurnClosed,
-    TurnEnded,
-    Typing,
-    Wire,
-)
+from actors.messages import Fatal, JobAnswer, StartTurn, TurnClosed, TurnEnded, Typing, Wire
 from actors.wired import WiredActor
 from shelldon.contracts import Result, ResumeRequest, TurnRequest
 from shelldon.proc.child import SpawnError

@@ -59,12 +59,7 @@ import msgpack
 import structlog
 
 from shelldon.config import Settings
-from shelldon.contracts import (
-    ContractError,
-    ResumeRequest,
-    TurnRequest,
-    encode,
-)
+from shelldon.contracts import ContractError, ResumeRequest, TurnRequest, encode
 from shelldon.proc import sandbox
 from shelldon.proc.child import Child, SpawnError
 from shelldon.proc.ties import die_with_parent
