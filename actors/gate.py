@@ -184,5 +184,5 @@ class GateRunnerActor(WiredActor):
 
     def _tell(self, chat_id: int, text: str, pre_output: str = "", kind: str = "") -> None:
         if pre_output:
-            text = f"{text}\n\n{pre_output[-1500:]}"
+            text = f"{text}\n\n{pre_output}"
         self.send(self.peers["transport"], Say(chat_id, text, kind=kind))
