@@ -17,6 +17,14 @@ from shelldon.store.rows import ParkedPromotion, Pending, RepairOffer, Taken
 log = structlog.get_logger(__name__)
 
 
+def parked_call(blob: bytes) -> RequestToolApproval:
+    """The call a parked approval's ``blob`` holds; ``ContractError`` if it holds none."""
+    parked = decode(blob)
+    if not isinstance(parked, RequestToolApproval):
+        raise ContractError(f"parked blob holds {type(parked).__name__}")
+    return parked
+
+
 class Parked(Aggregate):
     """The parked approvals, promotions and repair offers."""
 
@@ -55,9 +63,7 @@ class Parked(Aggregate):
             return None, taken.status
         audit = Audit(self._db)
         try:
-            parked = decode(taken.blob)
-            if not isinstance(parked, RequestToolApproval):
-                raise ContractError(f"parked blob holds {type(parked).__name__}")
+            parked = parked_call(taken.blob)
         except ContractError as exc:
             log.error("parked_approval_corrupt", turn_id=turn_id, error=str(exc))
             error = {"error": str(exc)}

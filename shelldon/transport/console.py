@@ -13,17 +13,11 @@ import dataclasses
 from dataclasses import dataclass
 
 from shelldon import replies
-from shelldon.contracts import (
-    ContractError,
-    Decision,
-    InboundMessage,
-    RequestToolApproval,
-    ToolCall,
-    decode,
-)
+from shelldon.contracts import ContractError, Decision, InboundMessage, ToolCall
 from shelldon.rules.commands import CONSOLE_CHAT, CONSOLE_USER
 from shelldon.rules.replies import approval_question
 from shelldon.store import Store
+from shelldon.store.parked import parked_call
 from shelldon.transport.card import describe_call
 from shelldon.transport.visible import for_terminal, reveal
 
@@ -221,8 +215,9 @@ def format_replacement(replaces: str, diff: str) -> str:
 
 
 def format_repair_offer(output: str) -> str:
-    """Under a failed gate's report: the end of the test run's output and what "y" does."""
-    lines = [INDENT + "output " + reveal(output[-1500:]).replace("\n", "\n" + INDENT)]
+    """Under a failed gate's report: the end of the test run's output (as the card carries
+    it: ``promotion.OUTPUT_CHARS``) and what "y" does."""
+    lines = [INDENT + "output " + reveal(output).replace("\n", "\n" + INDENT)]
     lines.append(
         f"{INDENT}Try to fix? y: one more turn for me with what the gate said (it counts "
         "against today's budget); n: drop it."
@@ -274,10 +269,8 @@ def reopen_parked(store: Store, now: float) -> list[Reopened]:
         since = f"Still waiting for your answer from {_age(now - parked.created_at)} ago: "
         if parked.kind == "approval":
             try:
-                op = decode(store.parked.parked_approval(parked.turn_id))
+                op = parked_call(store.parked.parked_approval(parked.turn_id))
             except ContractError:
-                op = None
-            if not isinstance(op, RequestToolApproval):
                 # Unreadable: a tap on it is refused and audited; the owner still gets to see
                 # that something waits.
                 label, shown = parked.summary, format_reply(since + parked.summary)
