@@ -1,5 +1,5 @@
 """``WiredActor``: an actor the supervisor wires with a ``Wire`` message (settings and peer
-addresses, re-sent whenever a peer restarts) and that keeps its own sqlite connection."""
+addresses, re-sent whenever a peer restarts) and that owns its own sqlite connection."""
 
 from __future__ import annotations
 
