@@ -97,13 +97,9 @@ class ConsoleSession:
             self.prompts.append(Prompt(turn_id, promotion, what))
         return None
 
-    def forget(self, turn_id: str) -> bool:
-        """Drop the prompt for ``turn_id`` (decided elsewhere, or expired); True if one was
-        open."""
-        kept = [p for p in self.prompts if p.turn_id != turn_id]
-        dropped = len(kept) != len(self.prompts)
-        self.prompts = collections.deque(kept)
-        return dropped
+    def forget(self, turn_id: str) -> None:
+        """Drop the prompt for ``turn_id`` (decided elsewhere, or expired)."""
+        self.prompts = collections.deque(p for p in self.prompts if p.turn_id != turn_id)
 
     def reopen(self, prompt: Prompt) -> None:
         """Open again a prompt an earlier session left undecided."""
