@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from shelldon import replies
 from shelldon.contracts import ContractError, Decision, InboundMessage, ToolCall
 from shelldon.rules.commands import CONSOLE_CHAT, CONSOLE_USER
-from shelldon.rules.replies import approval_question
+from shelldon.rules.replies import approval_question, waited
 from shelldon.store import Store
 from shelldon.store.parked import parked_call
 from shelldon.transport.card import describe_call
@@ -248,13 +248,6 @@ class Reopened:
     shown: str
 
 
-def _age(seconds: float) -> str:
-    if seconds < 90:
-        return f"{max(0, round(seconds))} s"
-    minutes = round(seconds / 60)
-    return f"{minutes} min" if minutes < 120 else f"{round(minutes / 60)} h"
-
-
 def reopen_parked(store: Store, now: float) -> list[Reopened]:
     """The approvals and promotions parked for the console's chat, oldest first, each shown
     again as it was asked, so a new session can decide them."""
@@ -262,7 +255,7 @@ def reopen_parked(store: Store, now: float) -> list[Reopened]:
     for parked in store.parked.pending():
         if parked.chat_id != CONSOLE_CHAT:
             continue
-        since = f"Still waiting for your answer from {_age(now - parked.created_at)} ago: "
+        since = f"Still waiting for your answer from {waited(now - parked.created_at)} ago: "
         if parked.kind == "approval":
             try:
                 op = parked_call(store.parked.parked_approval(parked.turn_id))
