@@ -23,7 +23,6 @@ from actors.messages import (
 from actors.wired import WiredActor
 from shelldon.config import Settings, allowed_users_now
 from shelldon.contracts import (
-    ContractError,
     Message,
     Op,
     ProposeTool,
@@ -32,7 +31,6 @@ from shelldon.contracts import (
     Role,
     Schedule,
     TurnRequest,
-    decode,
     encode,
 )
 from shelldon.owner_commands import answer_command
@@ -82,16 +80,18 @@ class ArbiterActor(WiredActor):
 
     def wired(self, msg: Wire, *, first: bool) -> None:
         assert self.store is not None
-        self.selfcode = Toolbox.from_settings(msg.settings, self.store)
-        owners = owners_of(msg.settings.telegram.allowed_users, console=msg.transport == "console")
+        boot = msg.boot
+        console = boot.transport == "console"
+        self.selfcode = Toolbox.from_settings(boot.settings, self.store)
+        owners = owners_of(boot.settings.telegram.allowed_users, console=console)
         if self.arbiter is not None:
             self.arbiter.owners = owners
             self._run([fx.Pump()])
             return
-        self.arbiter = rules.Arbiter(msg.settings.limits, owners)
+        self.arbiter = rules.Arbiter(boot.settings.limits, owners)
         started = self.arbiter.on_start(
             fresh=msg.fresh,
-            console=msg.transport == "console",
+            console=console,
             unanswered=self.store.inbox.unanswered(),
             unfinished=self.store.inbox.unfinished(),
             now=time.time(),
@@ -127,26 +127,11 @@ class ArbiterActor(WiredActor):
 
     def receiveMsg_TakeParked(self, msg: TakeParked, sender: ActorAddress) -> None:
         store, _, arbiter = self._wired_parts()
-        now, decision = time.time(), msg.decision
+        decision = msg.decision
         # A tap queued behind a running turn counts from when it was accepted.
-        taken = store.parked.take_approval(decision.turn_id, msg.tapped_at or now)
-        parked, status, turn_id = None, taken.status, decision.turn_id
-        if status == "ok":
-            try:
-                parked = decode(taken.blob)
-                if not isinstance(parked, RequestToolApproval):
-                    raise ContractError(f"parked blob holds {type(parked).__name__}")
-            except ContractError as exc:
-                log.error("parked_approval_corrupt", turn_id=turn_id, error=str(exc))
-                parked, status = None, "corrupt"
-                error = {"error": str(exc)}
-                store.audit.record("approvals", status, turn_id, error, now, turn_id=turn_id)
-            else:
-                action = "approved" if decision.approved else "denied"
-                detail = {"args": parked.call.args}
-                store.audit.record("owner", action, parked.call.name, detail, now, turn_id=turn_id)
-        else:
-            log.info("approval_not_taken", turn_id=turn_id, status=status)
+        parked, status = store.parked.take_call(
+            decision.turn_id, bool(decision.approved), time.time(), msg.tapped_at
+        )
         self._run(arbiter.on_approval_taken(decision, parked, status))
 
     def _run(self, effects: list[fx.Effect]) -> None:

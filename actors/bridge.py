@@ -1,8 +1,8 @@
 """An asyncio loop in a daemon thread whose results come back through a pipe an actor watches.
 
 Thespian handlers must never block. An actor that needs async I/O (the broker's provider call,
-the transport's HTTP) submits a coroutine here, returns its ``fileno`` in a ThespianWatch, and
-drains finished results when Thespian reports the pipe readable.
+the transport's HTTP) submits a coroutine here, ``watch``es its ``fileno`` and drains the
+finished results when its ``WatchMessage`` says the pipe is readable.
 """
 
 from __future__ import annotations

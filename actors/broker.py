@@ -13,10 +13,9 @@ from thespian.actors import ActorAddress, ActorExitRequest, WatchMessage
 from actors.bridge import AsyncBridge
 from actors.messages import JobAnswer, PhotoBytes, TurnClosed, Wire
 from actors.wired import WiredActor
-from shelldon.broker import load_fallback, load_provider
+from shelldon.broker import job_failed, load_failover
 from shelldon.broker.fallback import Failover
 from shelldon.broker.photos import PhotoShelf, return_big_buffers
-from shelldon.broker.provider import ProviderError
 from shelldon.config import PhotosSettings
 from shelldon.contracts import Job, JobFailed, Usage
 from shelldon.secrets import SecretMissingError
@@ -39,42 +38,20 @@ class BrokerActor(WiredActor):
     def wired(self, msg: Wire, *, first: bool) -> None:
         if not first:
             return
-        brain = msg.settings.brain
-        self.photos.max_bytes = 2 * msg.settings.photos.max_bytes
-        if msg.settings.photos.enabled(brain):
+        settings = msg.boot.settings
+        self.photos.max_bytes = 2 * settings.photos.max_bytes
+        if settings.photos.enabled(settings.brain):
             return_big_buffers()  # process-wide: the transport's download is in this process
         self.bridge = AsyncBridge("broker")
         self.watch(self.bridge.fileno())
         try:
-            main = load_provider(msg.settings)
+            self.failover = load_failover(settings)
         except SecretMissingError as exc:
             self.load_kind, self.load_error = "no_key", str(exc)
             log.error("provider_not_loaded", error=self.load_error)
-            return
         except Exception as exc:  # a bad script: report it per Job, don't crash
             self.load_kind, self.load_error = "unconfigured", f"{type(exc).__name__}: {exc}"
             log.error("provider_not_loaded", error=self.load_error)
-            return
-        try:
-            make_fallback = load_fallback(msg.settings)
-        except SecretMissingError as exc:
-            # Start-up refuses this; a key gone since then costs the fallback, not the main.
-            make_fallback = None
-            log.error("fallback_not_loaded", error=str(exc))
-        fallback = (brain.fallback.provider, brain.fallback.model)
-        self.failover = Failover(
-            main,
-            (brain.provider, brain.model),
-            make_fallback,
-            fallback,
-            fallback_sees=msg.settings.photos.enabled(brain.fallback),
-        )
-        log.info(
-            "brain_ready",
-            provider=brain.provider,
-            model=brain.model,
-            fallback=" ".join(fallback) if make_fallback else "none",
-        )
 
     def receiveMsg_Job(self, msg: Job, sender: ActorAddress) -> None:
         if self.failover is None or self.bridge is None:
@@ -109,17 +86,7 @@ class BrokerActor(WiredActor):
                 self.send(reply_to, JobAnswer(turn_id, completion, answered.note))
                 self._count(turn_id, answered.provider, answered.model, usage)
                 continue
-            if isinstance(error, ProviderError):
-                log.warning(
-                    "model_call_failed", turn_id=turn_id, kind=error.kind, error=error.message
-                )
-                failed = JobFailed(turn_id, error.kind, error.message, error.retry_after)
-            else:
-                log.error(
-                    "model_call_crashed", turn_id=turn_id, error=f"{type(error).__name__}: {error}"
-                )
-                failed = JobFailed(turn_id, "server", f"internal error: {type(error).__name__}")
-            self.send(reply_to, JobAnswer(turn_id, failed))
+            self.send(reply_to, JobAnswer(turn_id, job_failed(turn_id, error)))
 
     def _count(self, turn_id: str, provider: str, model: str, usage: Usage) -> None:
         """Persist one completed call for /usage, under the provider that answered it; the
@@ -143,6 +110,3 @@ class BrokerActor(WiredActor):
                     log.exception("provider_close_failed")
             self.bridge.close()
             self.bridge = None
-        if self.store is not None:
-            self.store.close()
-            self.store = None

@@ -11,7 +11,7 @@ import select
 import time
 from typing import TYPE_CHECKING
 
-from actors.messages import CONSOLE_DONE, CONSOLE_FAILED, TOOL_REFUSED, InboxChanged, Wire
+from actors.messages import CONSOLE_DONE, CONSOLE_FAILED, TOOL_REFUSED, Boot, InboxChanged
 from actors.transport_side import TransportSide
 from shelldon import replies
 from shelldon.contracts import Decision, InboundMessage, encode
@@ -51,20 +51,20 @@ class ConsoleSide(TransportSide):
     """The terminal: reads the owner's lines from ``in_fd``, writes to ``out_fd``, and writes
     one status byte to ``done_fd`` when the session ends."""
 
-    def __init__(self, actor: TransportActor, msg: Wire) -> None:
+    def __init__(self, actor: TransportActor, boot: Boot) -> None:
         super().__init__(actor)
-        self.in_fd, self.out_fd, self.done_fd = msg.console_fds
-        self.session = ConsoleSession(msg.story, msg.auto_yes)
+        self.in_fd, self.out_fd, self.done_fd = boot.console_fds
+        self.session = ConsoleSession(boot.story, boot.auto_yes)
         self.in_buffer = b""
         self.asked: dict[str, bool] = {}
         self.awaiting = 0  # chat lines typed whose turn has not ended yet
         self.input_closed = False
-        if msg.story:
+        if boot.story:
             self._story_next()
         else:
             self._write("shelldon is listening. Type a message (Ctrl-D to quit).\n")
             self._reopen_parked()
-        if self.in_fd >= 0 and not (msg.story and msg.auto_yes):
+        if self.in_fd >= 0 and not (boot.story and boot.auto_yes):
             if _pollable(self.in_fd):
                 os.set_blocking(self.in_fd, False)
                 actor.watch(self.in_fd)

@@ -12,22 +12,12 @@ from pathlib import Path
 import structlog
 from thespian.actors import ActorAddress, ActorExitRequest, WakeupMessage, WatchMessage
 
-from actors.messages import (
-    TOOL_REFUSED,
-    GateTool,
-    QuarantineDue,
-    Wire,
-)
+from actors.messages import TOOL_REFUSED, GateTool, QuarantineDue, Wire
 from actors.wired import WiredActor
 from shelldon.contracts import Decision
 from shelldon.proc.child import SpawnError
 from shelldon.rules import promotion
-from shelldon.rules.effects import (
-    RecordReply,
-    RoutePromotion,
-    Say,
-    SettleTap,
-)
+from shelldon.rules.effects import RecordReply, RoutePromotion, Say, SettleTap
 from shelldon.rules.promotion import Proposal
 from shelldon.rules.strikes import quarantine_reason, quarantined_text
 from shelldon.toolbox.gate import GateLimits, GateRun, PendingGate
@@ -50,8 +40,8 @@ class GateRunnerActor(WiredActor):
 
     def wired(self, msg: Wire, *, first: bool) -> None:
         assert self.store is not None
-        self.selfcode = Toolbox.from_settings(msg.settings, self.store)
-        self.zygote = msg.zygote
+        self.selfcode = Toolbox.from_settings(msg.boot.settings, self.store)
+        self.zygote = msg.boot.zygote
         if first:
             # A gate cut short by a crash left its staging directory; parked promotions keep
             # their bytes in the store, so none is needed.
@@ -194,5 +184,5 @@ class GateRunnerActor(WiredActor):
 
     def _tell(self, chat_id: int, text: str, pre_output: str = "", kind: str = "") -> None:
         if pre_output:
-            text = f"{text}\n\n{pre_output[-1500:]}"
+            text = f"{text}\n\n{pre_output}"
         self.send(self.peers["transport"], Say(chat_id, text, kind=kind))

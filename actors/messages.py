@@ -29,18 +29,13 @@ from shelldon.contracts import (
 
 @dataclass(frozen=True, slots=True)
 class Wire:
-    """Supervisor → every actor at start (and after a restart): settings and peer addresses."""
+    """Supervisor → every actor at start (and after a restart): what the service was booted
+    with, and the peers' addresses."""
 
-    settings: Settings
+    boot: Boot
     peers: dict[str, Any] = field(default_factory=dict)
-    transport: str = "telegram"
-    console_fds: tuple[int, ...] = ()
-    story: tuple[tuple[str, bool], ...] = ()
-    auto_yes: bool = False
     # True in the wiring at service start; False when re-wiring after an actor's restart.
     fresh: bool = True
-    # What forks workers and gate runs: this process holds secrets and never forks.
-    zygote: Zygote | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +154,7 @@ class Boot:
     console_fds: tuple[int, ...] = ()
     story: tuple[tuple[str, bool], ...] = ()
     auto_yes: bool = False
+    # What forks workers and gate runs: this process holds secrets and never forks.
     zygote: Zygote | None = None
 
 

@@ -69,7 +69,8 @@ def _serve(boot: Boot, console: Console | None) -> int:
     from actors.supervisor import SupervisorActor
 
     settings, transport = boot.settings, boot.transport
-    # Before the actor system forks: only this process speaks to systemd.
+    # Only this process speaks to systemd (NotifyAccess=main); the notify variables leave the
+    # environment so no process started from now on inherits them.
     notifier = Notifier.from_environ()
     notifier.status("starting the actors")
     settings.home.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ from thespian.actors import ActorAddress
 from actors.messages import QuarantineDue
 from actors.wired import WiredActor
 from shelldon.rules.effects import Strike
-from shelldon.rules.strikes import quarantine_due, struck
+from shelldon.rules.strikes import struck
 
 log = structlog.get_logger(__name__)
 
@@ -27,6 +27,6 @@ class StrikeLedgerActor(WiredActor):
             log.warning(
                 "tool_struck", tool=failure.name, strikes=strikes, error=failure.error[:300]
             )
-            if quarantine_due(strikes, self.settings.limits.strike_threshold):
+            if strikes >= self.settings.limits.strike_threshold:
                 due = QuarantineDue(msg.chat_id, failure.name, strikes, failure.error)
                 self.send(self.peers["gate"], due)

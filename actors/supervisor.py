@@ -13,15 +13,7 @@ from actors.arbiter import ArbiterActor
 from actors.base import ContractActor
 from actors.broker import BrokerActor
 from actors.gate import GateRunnerActor
-from actors.messages import (
-    Boot,
-    Fatal,
-    PeerRestarted,
-    Ping,
-    Status,
-    TransportPolling,
-    Wire,
-)
+from actors.messages import Boot, Fatal, PeerRestarted, Ping, Status, TransportPolling, Wire
 from actors.strikes import StrikeLedgerActor
 from actors.transport import TransportActor
 from actors.turn import TurnActor
@@ -69,10 +61,8 @@ class SupervisorActor(ContractActor):
         b = self.boot
         assert b is not None
         peers = {**self.children, "supervisor": self.myAddress}
-        for role, address in self.children.items():
-            fds = b.console_fds if role == "transport" else ()
-            wire = Wire(b.settings, peers, b.transport, fds, b.story, b.auto_yes, fresh, b.zygote)
-            self.send(address, wire)
+        for address in self.children.values():
+            self.send(address, Wire(b, peers, fresh))
 
     def _status(self) -> Status:
         fatal = self.fatal

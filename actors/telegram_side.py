@@ -10,21 +10,10 @@ from typing import TYPE_CHECKING
 import structlog
 
 from actors.bridge import AsyncBridge
-from actors.messages import (
-    Fatal,
-    InboxChanged,
-    PhotoBytes,
-    TransportPolling,
-    Typing,
-)
+from actors.messages import Fatal, InboxChanged, PhotoBytes, TransportPolling, Typing
 from actors.transport_side import TransportSide
 from shelldon.config import Settings
-from shelldon.rules.effects import (
-    AskOwner,
-    ExpireCard,
-    Say,
-    SettleTap,
-)
+from shelldon.rules.effects import AskOwner, ExpireCard, Say, SettleTap
 
 if TYPE_CHECKING:
     from actors.transport import TransportActor

@@ -25,11 +25,11 @@ class TransportActor(WiredActor):
     def wired(self, msg: Wire, *, first: bool) -> None:
         if not first:
             return
-        if msg.transport == "console":
-            self.side = ConsoleSide(self, msg)
+        if msg.boot.transport == "console":
+            self.side = ConsoleSide(self, msg.boot)
             self.send(self.peers["supervisor"], TransportPolling())
         else:
-            self.side = TelegramSide(self, msg.settings)
+            self.side = TelegramSide(self, msg.boot.settings)
 
     def receiveMsg_WatchMessage(self, msg: WatchMessage, sender: ActorAddress) -> None:
         self.side.ready(msg.ready)

@@ -5,15 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from actors.messages import (
-    Typing,
-)
-from shelldon.rules.effects import (
-    AskOwner,
-    ExpireCard,
-    Say,
-    SettleTap,
-)
+from actors.messages import Typing
+from shelldon.rules.effects import AskOwner, ExpireCard, Say, SettleTap
 
 if TYPE_CHECKING:
     from actors.transport import TransportActor

@@ -15,15 +15,7 @@ from dataclasses import dataclass
 import structlog
 from thespian.actors import ActorAddress, ActorExitRequest, WakeupMessage, WatchMessage
 
-from actors.messages import (
-    Fatal,
-    JobAnswer,
-    StartTurn,
-    TurnClosed,
-    TurnEnded,
-    Typing,
-    Wire,
-)
+from actors.messages import Fatal, JobAnswer, StartTurn, TurnClosed, TurnEnded, Typing, Wire
 from actors.wired import WiredActor
 from shelldon.contracts import Result, ResumeRequest, TurnRequest
 from shelldon.proc.child import SpawnError
@@ -40,7 +32,8 @@ from shelldon.rules.turnwatch import (
 )
 from shelldon.worker.channel import FrameError
 from shelldon.worker.handle import Worker
-from shelldon.worker.zygote import REQUEST_TIMEOUT_S, PendingSpawn, Zygote, ZygoteWorkerHandle
+from shelldon.worker.remote import PendingSpawn, ZygoteWorkerHandle
+from shelldon.worker.zygote import REQUEST_TIMEOUT_S, Zygote
 
 log = structlog.get_logger(__name__)
 
@@ -74,7 +67,7 @@ class TurnActor(WiredActor):
         self.note = ""  # the fallback's note for this run's reply, told once
 
     def wired(self, msg: Wire, *, first: bool) -> None:
-        self.zygote = msg.zygote
+        self.zygote = msg.boot.zygote
 
     def receiveMsg_StartTurn(self, msg: StartTurn, sender: ActorAddress) -> None:
         self._start(msg.request, msg.request.source)

@@ -1,11 +1,11 @@
 """``WiredActor``: an actor the supervisor wires with a ``Wire`` message (settings and peer
-addresses, re-sent whenever a peer restarts) and that keeps its own sqlite connection."""
+addresses, re-sent whenever a peer restarts) and that owns its own sqlite connection."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from thespian.actors import ActorAddress
+from thespian.actors import ActorAddress, ActorExitRequest, ThespianWatch
 
 from actors.base import ContractActor
 from actors.messages import Wire
@@ -24,11 +24,20 @@ class WiredActor(ContractActor):
 
     def receiveMsg_Wire(self, msg: Wire, sender: ActorAddress) -> None:
         first = self.settings is None
-        self.settings, self.peers = msg.settings, msg.peers
+        self.settings, self.peers = msg.boot.settings, msg.peers
         if self.store is None:
-            self.store = Store(msg.settings.database)
+            self.store = Store(msg.boot.settings.database)
         self.wired(msg, first=first)
 
     def wired(self, msg: Wire, *, first: bool) -> None:
         """Called after every Wire; ``first`` on the one at start (a re-Wire after a peer's
         restart only changes addresses: never reload state on it)."""
+
+    def receiveMessage(self, message: Any, sender: ActorAddress) -> ThespianWatch | None:
+        """Route as the door does; on exit, close the store after the subclass's own exit
+        handler ran (or raised), so an actor restarted after each crash leaks no connection."""
+        watch = super().receiveMessage(message, sender)
+        if isinstance(message, ActorExitRequest) and self.store is not None:
+            self.store.close()
+            self.store = None
+        return watch

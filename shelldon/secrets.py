@@ -47,23 +47,25 @@ def is_local_url(url: str) -> bool:
     return address.is_loopback or address.is_private or address.is_link_local
 
 
+def _key_required(provider: str, base_url: str) -> bool:
+    """Only an OpenAI-compatible server on this machine or the LAN (llama.cpp, Ollama) may do
+    without a key ("" is api.openai.com: not local)."""
+    return not (provider == "openai" and is_local_url(base_url))
+
+
 def provider_key(brain: BrainSettings) -> tuple[str, bool] | None:
-    """The secret the configured brain uses and whether it is required, or None (scripted): an
-    OpenAI-compatible server on this machine or the LAN (llama.cpp, Ollama) needs no key."""
-    if brain.provider == "anthropic":
-        return "anthropic_api_key", True
-    if brain.provider == "openai":
-        return "openai_api_key", not (brain.base_url and is_local_url(brain.base_url))
-    return None
+    """The secret the configured brain uses and whether it is required, or None (scripted)."""
+    if brain.provider not in ("anthropic", "openai"):
+        return None
+    return f"{brain.provider}_api_key", _key_required(brain.provider, brain.base_url)
 
 
 def fallback_key(brain: BrainSettings) -> tuple[str, bool] | None:
-    """The secret ``[brain.fallback]`` uses and whether it is required, or None (no fallback);
-    a keyless local server is allowed as for the main provider."""
+    """The secret ``[brain.fallback]`` uses and whether it is required, or None (no fallback)."""
     fb = brain.fallback
     if not fb.provider:
         return None
-    return fb.key_name, not (fb.provider == "openai" and is_local_url(fb.base_url))
+    return fb.key_name, _key_required(fb.provider, fb.base_url)
 
 
 class SecretMissingError(RuntimeError):

@@ -248,7 +248,7 @@ def _failed(
     # The model reads the conversation next turn: it learns why, too.
     record = RecordReply(job.chat_id, text)
     if not repairable:
-        return [record, Refuse(job.chat_id, text, report.output)]
+        return [record, Refuse(job.chat_id, text, report.output[-OUTPUT_CHARS:])]
     offer = RepairOffer(
         offer_id=job.turn_id,
         chat_id=job.chat_id,

@@ -36,11 +36,12 @@ def approval_question(summary: str) -> str:
     return f"I'd like to run {summary} — approve?"
 
 
-def _waited(seconds: float) -> str:
-    minutes = max(1, round(seconds / 60))
-    if minutes < 120:
-        return f"{minutes} min"
-    return f"{round(minutes / 60)} h"
+def waited(seconds: float) -> str:
+    """How long something waited, as the owner reads it: "40 s", "25 min", "3 h"."""
+    if seconds < 90:
+        return f"{max(0, round(seconds))} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 120 else f"{round(minutes / 60)} h"
 
 
 def expired_notice(kind: str, summary: str, waited_s: float) -> str:
@@ -48,15 +49,15 @@ def expired_notice(kind: str, summary: str, waited_s: float) -> str:
     expired untapped: what it was, that nothing happened, and what to do."""
     if kind == "approval":
         return (
-            f"⌛ Your approval to run {summary} expired after {_waited(waited_s)} without a "
+            f"⌛ Your approval to run {summary} expired after {waited(waited_s)} without a "
             "tap, so nothing ran. Ask me again if you still want it."
         )
     if kind == "repair":
         return (
-            f"⌛ The offer to fix {summary} expired after {_waited(waited_s)} without a tap, so "
+            f"⌛ The offer to fix {summary} expired after {waited(waited_s)} without a tap, so "
             "I tried nothing. Ask me to write it again if you still want it."
         )
     return (
-        f"⌛ The request to add {summary} expired after {_waited(waited_s)} without a tap, "
+        f"⌛ The request to add {summary} expired after {waited(waited_s)} without a tap, "
         "so it was not added."
     )

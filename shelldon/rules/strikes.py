@@ -16,11 +16,6 @@ def struck(failures: Iterable[ToolFailure], approved: Iterable[str]) -> tuple[To
     return tuple(failure for failure in failures if failure.name in names)
 
 
-def quarantine_due(strikes: int, threshold: int) -> bool:
-    """Whether a tool with ``strikes`` strikes goes into quarantine."""
-    return strikes >= threshold
-
-
 def quarantine_reason(strikes: int, last_error: str) -> str:
     """Why a tool was quarantined, as the toolbox records it."""
     return f"{strikes} strikes; last error: {last_error}"

@@ -7,8 +7,22 @@ import dataclasses
 import json
 from collections.abc import Collection
 
+import structlog
+
+from shelldon.contracts import ContractError, RequestToolApproval, decode
+from shelldon.store.audit import Audit
 from shelldon.store.db import Aggregate
 from shelldon.store.rows import ParkedPromotion, Pending, RepairOffer, Taken
+
+log = structlog.get_logger(__name__)
+
+
+def parked_call(blob: bytes) -> RequestToolApproval:
+    """The call a parked approval's ``blob`` holds; ``ContractError`` if it holds none."""
+    parked = decode(blob)
+    if not isinstance(parked, RequestToolApproval):
+        raise ContractError(f"parked blob holds {type(parked).__name__}")
+    return parked
 
 
 class Parked(Aggregate):
@@ -36,6 +50,28 @@ class Parked(Aggregate):
             return Taken("unknown", turn_id)
         status = "ok" if now < row[3] else "expired"
         return Taken(status, turn_id, row[0], bytes(row[1]), row[2])
+
+    def take_call(
+        self, turn_id: str, approved: bool, now: float, tapped_at: float = 0.0
+    ) -> tuple[RequestToolApproval | None, str]:
+        """Consume the call parked under ``turn_id`` and audit the owner's decision on it; its
+        expiry is judged at ``tapped_at`` (when a queued tap was accepted; 0: now). Returns the
+        call and "ok", or None and why: "expired", "unknown" (decided already), "corrupt"."""
+        taken = self.take_approval(turn_id, tapped_at or now)
+        if taken.status != "ok":
+            log.info("approval_not_taken", turn_id=turn_id, status=taken.status)
+            return None, taken.status
+        audit = Audit(self._db)
+        try:
+            parked = parked_call(taken.blob)
+        except ContractError as exc:
+            log.error("parked_approval_corrupt", turn_id=turn_id, error=str(exc))
+            error = {"error": str(exc)}
+            audit.record("approvals", "corrupt", turn_id, error, now, turn_id=turn_id)
+            return None, "corrupt"
+        action, call = "approved" if approved else "denied", parked.call
+        audit.record("owner", action, call.name, {"args": call.args}, now, turn_id=turn_id)
+        return parked, "ok"
 
     def parked_approval(self, turn_id: str) -> bytes:
         """The blob parked under ``turn_id`` without consuming it (b"" if none)."""

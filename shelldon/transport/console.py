@@ -13,17 +13,11 @@ import dataclasses
 from dataclasses import dataclass
 
 from shelldon import replies
-from shelldon.contracts import (
-    ContractError,
-    Decision,
-    InboundMessage,
-    RequestToolApproval,
-    ToolCall,
-    decode,
-)
+from shelldon.contracts import ContractError, Decision, InboundMessage, ToolCall
 from shelldon.rules.commands import CONSOLE_CHAT, CONSOLE_USER
-from shelldon.rules.replies import approval_question
+from shelldon.rules.replies import approval_question, waited
 from shelldon.store import Store
+from shelldon.store.parked import parked_call
 from shelldon.transport.card import describe_call
 from shelldon.transport.visible import for_terminal, reveal
 
@@ -103,13 +97,9 @@ class ConsoleSession:
             self.prompts.append(Prompt(turn_id, promotion, what))
         return None
 
-    def forget(self, turn_id: str) -> bool:
-        """Drop the prompt for ``turn_id`` (decided elsewhere, or expired); True if one was
-        open."""
-        kept = [p for p in self.prompts if p.turn_id != turn_id]
-        dropped = len(kept) != len(self.prompts)
-        self.prompts = collections.deque(kept)
-        return dropped
+    def forget(self, turn_id: str) -> None:
+        """Drop the prompt for ``turn_id`` (decided elsewhere, or expired)."""
+        self.prompts = collections.deque(p for p in self.prompts if p.turn_id != turn_id)
 
     def reopen(self, prompt: Prompt) -> None:
         """Open again a prompt an earlier session left undecided."""
@@ -221,8 +211,9 @@ def format_replacement(replaces: str, diff: str) -> str:
 
 
 def format_repair_offer(output: str) -> str:
-    """Under a failed gate's report: the end of the test run's output and what "y" does."""
-    lines = [INDENT + "output " + reveal(output[-1500:]).replace("\n", "\n" + INDENT)]
+    """Under a failed gate's report: the end of the test run's output (as the card carries
+    it: ``promotion.OUTPUT_CHARS``) and what "y" does."""
+    lines = [INDENT + "output " + reveal(output).replace("\n", "\n" + INDENT)]
     lines.append(
         f"{INDENT}Try to fix? y: one more turn for me with what the gate said (it counts "
         "against today's budget); n: drop it."
@@ -257,13 +248,6 @@ class Reopened:
     shown: str
 
 
-def _age(seconds: float) -> str:
-    if seconds < 90:
-        return f"{max(0, round(seconds))} s"
-    minutes = round(seconds / 60)
-    return f"{minutes} min" if minutes < 120 else f"{round(minutes / 60)} h"
-
-
 def reopen_parked(store: Store, now: float) -> list[Reopened]:
     """The approvals and promotions parked for the console's chat, oldest first, each shown
     again as it was asked, so a new session can decide them."""
@@ -271,13 +255,11 @@ def reopen_parked(store: Store, now: float) -> list[Reopened]:
     for parked in store.parked.pending():
         if parked.chat_id != CONSOLE_CHAT:
             continue
-        since = f"Still waiting for your answer from {_age(now - parked.created_at)} ago: "
+        since = f"Still waiting for your answer from {waited(now - parked.created_at)} ago: "
         if parked.kind == "approval":
             try:
-                op = decode(store.parked.parked_approval(parked.turn_id))
+                op = parked_call(store.parked.parked_approval(parked.turn_id))
             except ContractError:
-                op = None
-            if not isinstance(op, RequestToolApproval):
                 # Unreadable: a tap on it is refused and audited; the owner still gets to see
                 # that something waits.
                 label, shown = parked.summary, format_reply(since + parked.summary)

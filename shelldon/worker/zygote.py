@@ -59,12 +59,7 @@ import msgpack
 import structlog
 
 from shelldon.config import Settings
-from shelldon.contracts import (
-    ContractError,
-    ResumeRequest,
-    TurnRequest,
-    encode,
-)
+from shelldon.contracts import ContractError, ResumeRequest, TurnRequest, encode
 from shelldon.proc import sandbox
 from shelldon.proc.child import Child, SpawnError
 from shelldon.proc.ties import die_with_parent
@@ -74,14 +69,6 @@ from shelldon.worker.prepare import close_inherited_fds, reopen_stdio, reset_sig
 from shelldon.worker.remote import PendingSpawn, ZygoteError, ZygoteGate, ZygoteWorkerHandle
 from shelldon.worker.spawn import RegistryFactory, above_stdio
 from shelldon.worker.zygote_server import MAX_MESSAGE, ZygoteServer
-
-__all__ = [
-    "MAX_MESSAGE",
-    "PendingSpawn",
-    "Zygote",
-    "ZygoteError",
-    "ZygoteWorkerHandle",
-]
 
 log = structlog.get_logger(__name__)
 

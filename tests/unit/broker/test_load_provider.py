@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from shelldon.broker import Provider, is_local_url, load_provider
+from shelldon.broker import load_provider
 from shelldon.broker.anthropic_provider import AnthropicProvider
 from shelldon.broker.openai_provider import DEFAULT_BASE_URL, OpenAIProvider
+from shelldon.broker.provider import Provider
 from shelldon.broker.scripted_provider import ScriptedProvider, ScriptError
 from shelldon.config import BrainSettings, Settings
-from shelldon.secrets import SecretMissingError, forget_env_secrets
+from shelldon.secrets import SecretMissingError, forget_env_secrets, is_local_url
 
 
 @pytest.fixture(autouse=True)

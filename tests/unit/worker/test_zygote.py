@@ -40,9 +40,10 @@ from shelldon.proc import sandbox
 from shelldon.proc.child import EXIT_UNKNOWN, SpawnError
 from shelldon.worker import spawn
 from shelldon.worker.handle import EXIT_OK
+from shelldon.worker.remote import ZygoteError
 from shelldon.worker.tools import Registry
-from shelldon.worker.zygote import MAX_MESSAGE, Zygote, ZygoteError
-from shelldon.worker.zygote_server import MAX_REQUEST
+from shelldon.worker.zygote import Zygote
+from shelldon.worker.zygote_server import MAX_MESSAGE, MAX_REQUEST
 from tests.pids import host_pid, host_ppid, inner, popen_host_pid
 from tests.unit.worker.brain import call, calls, say
 from tests.unit.worker.test_spawn import converse, registry_with, tool_output, wait_exit
