@@ -27,7 +27,7 @@ _READ_BUDGET = 2 * (MAX_BLOB_BYTES + HEADER.size)
 
 class Worker(Protocol):
     """One worker as the TurnActor drives it, wherever it was forked: ``WorkerHandle`` (by this
-    process) or ``shelldon.worker.zygote.ZygoteWorkerHandle`` (by the zygote)."""
+    process) or ``shelldon.worker.remote.ZygoteWorkerHandle`` (by the zygote)."""
 
     pid: int
     turn_id: str
