@@ -37,7 +37,7 @@ from shelldon.backup.layout import (
 )
 from shelldon.config import Settings
 from shelldon.store import Store
-from shelldon.toolbox.archive import ExportReport, export_toolbox
+from shelldon.toolbox.archive import ArchiveError, ExportReport, export_toolbox
 from shelldon.toolbox.toolbox import Toolbox
 
 
@@ -236,7 +236,10 @@ def _snapshot(settings: Settings, work: Path) -> tuple[int, ExportReport, dict[s
     with Store(settings.database) as store:
         store.backup_to(work / DATABASE_MEMBER)
         selfcode = Toolbox.from_settings(settings, store)
-        tools = export_toolbox(selfcode, work / TOOLBOX_MEMBER, quarantined=True)
+        try:
+            tools = export_toolbox(selfcode, work / TOOLBOX_MEMBER, quarantined=True)
+        except ArchiveError as exc:  # a tool changed while it was copied
+            raise BackupError(str(exc)) from None
         quarantined = {
             name: selfcode.quarantine_reason(name)
             for name in selfcode.quarantined()

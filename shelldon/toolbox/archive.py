@@ -167,7 +167,7 @@ def _verified_pair(selfcode: Toolbox, directory: Path, entry: ManifestEntry) -> 
     except ToolFileError as exc:
         raise ArchiveError(f"tool {entry.name} changed while exporting: {exc}") from None
     if code_hash(code) != entry.code_hash:
-        raise ArchiveError(f"tool {entry.name} changed while exporting; run the export again")
+        raise ArchiveError(f"tool {entry.name} changed while exporting; run it again")
     return code, read_or_empty(selfcode.tests_dir / f"test_{entry.name}.py")
 
 
