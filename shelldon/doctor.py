@@ -25,6 +25,7 @@ from shelldon import __version__
 from shelldon.config import Settings
 from shelldon.preflight import token_problem
 from shelldon.proc import sandbox
+from shelldon.proc.sandbox.memory import read_meminfo
 from shelldon.secrets import SecretMissingError, fallback_key, find_secret, provider_key
 
 
@@ -117,21 +118,6 @@ def _rlimit_check(settings: Settings) -> Check:
         f"RLIMIT_AS {settings.limits.rlimit_as_mb} MB, RLIMIT_CPU {settings.limits.rlimit_cpu_s} s "
         "can be applied to workers",
     )
-
-
-def read_meminfo(path: Path = Path("/proc/meminfo")) -> dict[str, int]:
-    """``/proc/meminfo`` in KiB per field (empty when unreadable)."""
-    out: dict[str, int] = {}
-    try:
-        text = path.read_text()
-    except OSError:
-        return out
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            out[key] = int(parts[0])
-    return out
 
 
 def unit_memory_max_mb(unit_text: str) -> int | None:

@@ -60,13 +60,24 @@ def turn_memory_cap(sandbox: SandboxSettings) -> bool:
     return delegated is not None and _lists_memory(delegated / "cgroup.controllers")
 
 
+def read_meminfo(path: Path = Path("/proc/meminfo")) -> dict[str, int]:
+    """``/proc/meminfo`` in KiB per field (empty when unreadable)."""
+    out: dict[str, int] = {}
+    try:
+        text = path.read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            out[key] = int(parts[0])
+    return out
+
+
 def memory_total_mb(meminfo: Path = Path("/proc/meminfo")) -> int:
     """The machine's memory in MiB (0 when ``/proc/meminfo`` cannot be read)."""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) // 1024
-    return 0
+    return read_meminfo(meminfo).get("MemTotal", 0) // 1024
 
 
 def fallback_address_space_mb(configured_mb: int, total_mb: int) -> int:
