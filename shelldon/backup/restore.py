@@ -209,7 +209,6 @@ def _prepare(
         results = import_tools(
             unpacked.tools,
             selfcode,
-            store,
             ask_tool,
             archive=backup.absolute(),
             on_result=on_result,
