@@ -36,6 +36,7 @@ from shelldon.backup.layout import (
     BackupLimits,
 )
 from shelldon.config import Settings
+from shelldon.proc.beneath import open_beneath
 from shelldon.store import Store
 from shelldon.toolbox.archive import ArchiveError, ExportReport, export_toolbox
 from shelldon.toolbox.toolbox import Toolbox
@@ -107,27 +108,6 @@ def _walk_workspace(workspace: Path) -> _Workspace:
                 left_out.append(f"{relative}: not a regular file")
         dirnames[:] = kept
     return _Workspace(tuple(dirs), tuple(files), tuple(left_out))
-
-
-def _open_beneath(root_fd: int, relative: str) -> int:
-    """Open the file ``relative`` under the directory ``root_fd`` one component at a time,
-    never through a symbolic link: a directory swapped for a link since the walk fails the
-    open instead of reading, as root, what the link points at. (``worker.tools.beneath`` does
-    the same for the tools; importing the worker's tools would cost a Pi seconds here.)"""
-    *dirs, leaf = relative.split("/")
-    fd = root_fd
-    try:
-        for part in dirs:
-            step = os.open(
-                part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
-            )
-            if fd != root_fd:
-                os.close(fd)
-            fd = step
-        return os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
-    finally:
-        if fd != root_fd:
-            os.close(fd)
 
 
 class _Hashing:
@@ -202,7 +182,8 @@ def _add_workspace(writer: _Writer, root: Path, workspace: _Workspace, left_out:
             writer.add_dir(f"{WORKSPACE_DIR}/{name}")
         for name, _size in workspace.files:
             try:
-                fd = _open_beneath(root_fd, name)
+                # As root, never through a directory swapped for a link since the walk.
+                fd = open_beneath(root_fd, name, os.O_RDONLY | os.O_NONBLOCK)
             except OSError:
                 left_out.append(f"{name}: gone or changed while backing up")
                 continue
