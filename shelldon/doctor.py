@@ -25,7 +25,7 @@ from shelldon import __version__
 from shelldon.config import Settings
 from shelldon.preflight import token_problem
 from shelldon.proc import sandbox
-from shelldon.proc.sandbox.memory import read_meminfo
+from shelldon.proc.sandbox.memory import lists_memory, read_meminfo
 from shelldon.secrets import SecretMissingError, fallback_key, find_secret, provider_key
 
 
@@ -79,10 +79,7 @@ def _sandbox_checks(settings: Settings) -> list[Check]:
 
 
 def _service_turns_capped() -> bool:
-    try:
-        return "memory" in (SERVICE_TURNS / "cgroup.subtree_control").read_text().split()
-    except OSError:
-        return False
+    return lists_memory(SERVICE_TURNS / "cgroup.subtree_control")
 
 
 def _memory_controller_check(settings: Settings) -> Check:

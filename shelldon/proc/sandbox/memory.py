@@ -39,7 +39,9 @@ def kernel_memory_controller(proc_cgroups: Path = Path("/proc/cgroups")) -> bool
     return False
 
 
-def _lists_memory(path: Path) -> bool:
+def lists_memory(path: Path) -> bool:
+    """Whether the cgroup file ``path`` (``cgroup.controllers``, ``cgroup.subtree_control``)
+    lists the memory controller; False when it cannot be read."""
     try:
         return "memory" in path.read_text().split()
     except OSError:
@@ -53,11 +55,11 @@ def turn_memory_cap(sandbox: SandboxSettings) -> bool:
         return False
     parent = cgroup_parent(sandbox)
     if parent is not None:
-        return _lists_memory(parent / "cgroup.subtree_control")
+        return lists_memory(parent / "cgroup.subtree_control")
     if sandbox.cgroup:
         return False
     delegated = delegated_cgroup()
-    return delegated is not None and _lists_memory(delegated / "cgroup.controllers")
+    return delegated is not None and lists_memory(delegated / "cgroup.controllers")
 
 
 def read_meminfo(path: Path = Path("/proc/meminfo")) -> dict[str, int]:
