@@ -194,18 +194,6 @@ def _systemd_checks(unit: Path) -> list[Check]:
     return checks
 
 
-def _token_shape_check(settings: Settings, for_run: bool) -> Check | None:
-    try:
-        found = find_secret("telegram_token", settings.vault)
-    except SecretMissingError:
-        return None  # already reported as unreadable
-    if found is None:
-        return None
-    problem = token_problem(settings)
-    detail = problem or "looks like a bot token"
-    return Check("telegram token shape", not problem, detail, required=for_run)
-
-
 def _secret_file_mode_check(name: str, where: str) -> Check | None:
     """A secret file that others may read is a warning (its value is never shown)."""
     path = Path(where)
@@ -315,7 +303,7 @@ def _fallback_check(settings: Settings) -> Check:
 
 def _secret_checks(settings: Settings, for_run: bool) -> list[Check]:
     """Each secret found (never its value) or missing, required when the configured provider,
-    its fallback or ``run`` needs it."""
+    its fallback or ``run`` needs it; a bot token found is checked for its shape."""
     checks: list[Check] = []
     brain = settings.brain
     key, fb_key = provider_key(brain), fallback_key(brain)
@@ -338,6 +326,10 @@ def _secret_checks(settings: Settings, for_run: bool) -> list[Check]:
             mode_check = _secret_file_mode_check(name, found[1])
             if mode_check is not None:
                 checks.append(mode_check)
+            if name == "telegram_token":
+                problem = token_problem(settings)
+                shape = problem or "looks like a bot token"
+                checks.append(Check("telegram token shape", not problem, shape, required=for_run))
             continue
         if name in needed:
             user = "provider" if key == (name, True) else "fallback ([brain.fallback])"
@@ -380,9 +372,6 @@ def gather_checks(
     else:
         checks.append(Check("home writable", True, "will be created"))
     checks += _secret_checks(settings, for_run)
-    shape = _token_shape_check(settings, for_run)
-    if shape is not None:
-        checks.append(shape)
     users = ", ".join(map(str, settings.telegram.allowed_users))
     nobody = (
         "empty: nobody can talk to the pet yet; send the bot a message, then run "
