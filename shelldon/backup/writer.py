@@ -234,13 +234,12 @@ def write_backup(settings: Settings, path: Path, *, overwrite: bool = False) -> 
     docstring); ``BackupError`` says why not."""
     limits = BackupLimits()
     _check_target(settings, path, overwrite)
-    workspace = None
     if settings.workspace.is_symlink():
         raise BackupError(f"{settings.workspace} is a symbolic link; a workspace is a directory")
-    if settings.workspace.is_dir():
-        workspace = _walk_workspace(settings.workspace)
-    unpacked = sum(size for _name, size in workspace.files) if workspace else 0
-    entries = len(workspace.files) + len(workspace.dirs) if workspace else 0
+    has_workspace = settings.workspace.is_dir()
+    workspace = _walk_workspace(settings.workspace) if has_workspace else _Workspace((), (), ())
+    unpacked = sum(size for _name, size in workspace.files)
+    entries = len(workspace.files) + len(workspace.dirs)
     if entries + 5 > limits.max_members:
         raise BackupError(
             f"the workspace holds {entries} files and directories; a backup carries at most "
@@ -254,7 +253,7 @@ def write_backup(settings: Settings, path: Path, *, overwrite: bool = False) -> 
     config = settings.config_path
     if config is not None and config.is_file() and config.stat().st_size > limits.max_config_bytes:
         raise BackupError(f"{config} is over {limits.max_config_bytes} bytes")
-    target_dir = path.parent if str(path.parent) else Path(".")
+    target_dir = path.parent
     try:
         scratch = tempfile.TemporaryDirectory(prefix=f".{path.name}.", dir=target_dir)
     except OSError as exc:
@@ -263,7 +262,7 @@ def write_backup(settings: Settings, path: Path, *, overwrite: bool = False) -> 
         work = Path(tmp)
         schema, tools, quarantined = _snapshot(settings, work)
         archive = work / "backup.tar.gz"
-        left_out = list(workspace.left_out) if workspace else []
+        left_out = list(workspace.left_out)
         with open(archive, "wb") as fh:
             with tarfile.open(fileobj=fh, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
                 writer = _Writer(tar)
@@ -271,7 +270,7 @@ def write_backup(settings: Settings, path: Path, *, overwrite: bool = False) -> 
                 writer.add_file(TOOLBOX_MEMBER, work / TOOLBOX_MEMBER)
                 has_config = bool(config and writer.add_file(CONFIG_MEMBER, config))
                 carried = 0
-                if workspace is not None:
+                if has_workspace:
                     carried = _add_workspace(writer, settings.workspace, workspace, left_out)
                 index = {
                     "format": BACKUP_FORMAT,
