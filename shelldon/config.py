@@ -168,6 +168,11 @@ class Settings:
     photos: PhotosSettings = field(default_factory=PhotosSettings)
 
     @property
+    def config_file(self) -> Path:
+        """The config file in use, or where the default one goes (``shelldon pair`` writes it)."""
+        return self.config_path or self.home / "config.toml"
+
+    @property
     def workspace(self) -> Path:
         """Root of the tool jail: what tools may read and (once approved) write."""
         return self.home / "workspace"
@@ -431,7 +436,7 @@ def allowed_users_now(
     """``allowed_users`` as a restart would read it now: how a service started with no owner
     learns the one ``shelldon pair`` wrote into its config file, without a restart. A file that
     cannot be read or is not valid (an edit under way) names nobody yet."""
-    path = settings.config_path or settings.home / "config.toml"
+    path = settings.config_file
     try:
         return load_settings(path if path.exists() else None, environ).telegram.allowed_users
     except ConfigError:

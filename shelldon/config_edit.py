@@ -15,12 +15,11 @@ import contextlib
 import os
 import re
 import stat
-import tempfile
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
-from shelldon.toolbox.atomic import fsync_dir
+from shelldon.toolbox.atomic import write_atomic
 
 
 class ConfigEditError(ValueError):
@@ -113,28 +112,6 @@ def _read(path: Path) -> tuple[str, os.stat_result]:
         raise ConfigEditError(f"{path} is not UTF-8 text") from None
 
 
-def write_atomically(path: Path, text: str, mode: int, uid: int, gid: int) -> None:
-    """Replace ``path`` with ``text`` by renaming over it a synced temporary file with ``mode``,
-    ``uid`` and ``gid``: a crash leaves the old file or the new one, never half of one, and a
-    symlink put at ``path`` meanwhile is replaced, never followed."""
-    directory = path.parent
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".pair", dir=directory)
-    tmp = Path(name)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(text.encode("utf-8"))
-            if (uid, gid) != (os.geteuid(), os.getegid()):
-                os.fchown(f.fileno(), uid, gid)
-            os.fchmod(f.fileno(), mode)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(directory)
-
-
 def add_owner(path: Path, user_id: int) -> None:
     """Make ``user_id`` the owner in the config file at ``path``, keeping every other byte and
     the file's owner, group and mode. A missing file is created 0600, owned like its
@@ -151,6 +128,6 @@ def add_owner(path: Path, user_id: int) -> None:
         mode, uid, gid = 0o600, home.st_uid, home.st_gid
     edited = with_owner(text, user_id)
     try:
-        write_atomically(path, edited, mode, uid, gid)
+        write_atomic(path, edited.encode("utf-8"), mode=mode, owner=(uid, gid))
     except OSError as exc:
         raise ConfigEditError(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -25,6 +25,7 @@ from shelldon import __version__
 from shelldon.config import Settings
 from shelldon.preflight import token_problem
 from shelldon.proc import sandbox
+from shelldon.proc.sandbox.memory import lists_memory, read_meminfo
 from shelldon.secrets import SecretMissingError, fallback_key, find_secret, provider_key
 
 
@@ -78,10 +79,7 @@ def _sandbox_checks(settings: Settings) -> list[Check]:
 
 
 def _service_turns_capped() -> bool:
-    try:
-        return "memory" in (SERVICE_TURNS / "cgroup.subtree_control").read_text().split()
-    except OSError:
-        return False
+    return lists_memory(SERVICE_TURNS / "cgroup.subtree_control")
 
 
 def _memory_controller_check(settings: Settings) -> Check:
@@ -117,21 +115,6 @@ def _rlimit_check(settings: Settings) -> Check:
         f"RLIMIT_AS {settings.limits.rlimit_as_mb} MB, RLIMIT_CPU {settings.limits.rlimit_cpu_s} s "
         "can be applied to workers",
     )
-
-
-def read_meminfo(path: Path = Path("/proc/meminfo")) -> dict[str, int]:
-    """``/proc/meminfo`` in KiB per field (empty when unreadable)."""
-    out: dict[str, int] = {}
-    try:
-        text = path.read_text()
-    except OSError:
-        return out
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        parts = rest.split()
-        if parts and parts[0].isdigit():
-            out[key] = int(parts[0])
-    return out
 
 
 def unit_memory_max_mb(unit_text: str) -> int | None:
@@ -209,18 +192,6 @@ def _systemd_checks(unit: Path) -> list[Check]:
         ok = score <= MAX_EXPOSURE
         checks.append(Check("unit exposure", ok, f"{score} (limit {MAX_EXPOSURE})"))
     return checks
-
-
-def _token_shape_check(settings: Settings, for_run: bool) -> Check | None:
-    try:
-        found = find_secret("telegram_token", settings.vault)
-    except SecretMissingError:
-        return None  # already reported as unreadable
-    if found is None:
-        return None
-    problem = token_problem(settings)
-    detail = problem or "looks like a bot token"
-    return Check("telegram token shape", not problem, detail, required=for_run)
 
 
 def _secret_file_mode_check(name: str, where: str) -> Check | None:
@@ -332,7 +303,7 @@ def _fallback_check(settings: Settings) -> Check:
 
 def _secret_checks(settings: Settings, for_run: bool) -> list[Check]:
     """Each secret found (never its value) or missing, required when the configured provider,
-    its fallback or ``run`` needs it."""
+    its fallback or ``run`` needs it; a bot token found is checked for its shape."""
     checks: list[Check] = []
     brain = settings.brain
     key, fb_key = provider_key(brain), fallback_key(brain)
@@ -355,6 +326,10 @@ def _secret_checks(settings: Settings, for_run: bool) -> list[Check]:
             mode_check = _secret_file_mode_check(name, found[1])
             if mode_check is not None:
                 checks.append(mode_check)
+            if name == "telegram_token":
+                problem = token_problem(settings)
+                shape = problem or "looks like a bot token"
+                checks.append(Check("telegram token shape", not problem, shape, required=for_run))
             continue
         if name in needed:
             user = "provider" if key == (name, True) else "fallback ([brain.fallback])"
@@ -397,9 +372,6 @@ def gather_checks(
     else:
         checks.append(Check("home writable", True, "will be created"))
     checks += _secret_checks(settings, for_run)
-    shape = _token_shape_check(settings, for_run)
-    if shape is not None:
-        checks.append(shape)
     users = ", ".join(map(str, settings.telegram.allowed_users))
     nobody = (
         "empty: nobody can talk to the pet yet; send the bot a message, then run "

@@ -149,8 +149,7 @@ def config_destination(settings: Settings) -> str:
     """Where the backup's config may go: ``config.toml`` when the home has none and that is
     the file this shelldon would read; else ``config.restored.toml``, for the owner to read."""
     home_config = settings.home / "config.toml"
-    in_use = settings.config_path
-    would_read = in_use is None or in_use.absolute() == home_config.absolute()
+    would_read = settings.config_file.absolute() == home_config.absolute()
     if would_read and not os.path.lexists(home_config):
         return "config.toml"
     return RESTORED_CONFIG
@@ -194,7 +193,7 @@ def _prepare(
     unpacked: Unpacked,
     ask_tool: Ask,
     ask_config: AskConfig,
-    on_result: Callable[[ImportResult], None] | None,
+    on_result: Callable[[ImportResult], None],
 ) -> RestoreReport:
     """Everything that happens inside the new directory before it moves into place; the
     report has no ``replaced`` or ``kept_toolbox`` yet."""
@@ -209,7 +208,6 @@ def _prepare(
         results = import_tools(
             unpacked.tools,
             selfcode,
-            store,
             ask_tool,
             archive=backup.absolute(),
             on_result=on_result,
@@ -324,9 +322,9 @@ def restore_backup(
     ask_tool: Ask,
     ask_config: AskConfig,
     *,
-    force: bool = False,
-    on_checked: Callable[[Unpacked], None] | None = None,
-    on_result: Callable[[ImportResult], None] | None = None,
+    force: bool,
+    on_checked: Callable[[Unpacked], None],
+    on_result: Callable[[ImportResult], None],
 ) -> RestoreReport:
     """Restore the backup at ``backup`` into ``settings``' home (see the module docstring);
     ``BackupError`` says why it was refused, with the home left as it was."""
@@ -356,8 +354,7 @@ def restore_backup(
     try:
         with _only_restore(home) as root:
             unpacked = unpack_backup(backup, root)
-            if on_checked is not None:
-                on_checked(unpacked)
+            on_checked(unpacked)
             report = _prepare(settings, backup, unpacked, ask_tool, ask_config, on_result)
             keep_toolbox = any(
                 r.outcome not in (Outcome.PROMOTED, Outcome.UNCHANGED) for r in report.results

@@ -36,8 +36,9 @@ from shelldon.backup.layout import (
     BackupLimits,
 )
 from shelldon.config import Settings
+from shelldon.proc.beneath import open_beneath
 from shelldon.store import Store
-from shelldon.toolbox.archive import ExportReport, export_toolbox
+from shelldon.toolbox.archive import ArchiveError, ExportReport, export_toolbox
 from shelldon.toolbox.toolbox import Toolbox
 
 
@@ -107,27 +108,6 @@ def _walk_workspace(workspace: Path) -> _Workspace:
                 left_out.append(f"{relative}: not a regular file")
         dirnames[:] = kept
     return _Workspace(tuple(dirs), tuple(files), tuple(left_out))
-
-
-def _open_beneath(root_fd: int, relative: str) -> int:
-    """Open the file ``relative`` under the directory ``root_fd`` one component at a time,
-    never through a symbolic link: a directory swapped for a link since the walk fails the
-    open instead of reading, as root, what the link points at. (``worker.tools.beneath`` does
-    the same for the tools; importing the worker's tools would cost a Pi seconds here.)"""
-    *dirs, leaf = relative.split("/")
-    fd = root_fd
-    try:
-        for part in dirs:
-            step = os.open(
-                part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
-            )
-            if fd != root_fd:
-                os.close(fd)
-            fd = step
-        return os.open(leaf, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
-    finally:
-        if fd != root_fd:
-            os.close(fd)
 
 
 class _Hashing:
@@ -202,7 +182,8 @@ def _add_workspace(writer: _Writer, root: Path, workspace: _Workspace, left_out:
             writer.add_dir(f"{WORKSPACE_DIR}/{name}")
         for name, _size in workspace.files:
             try:
-                fd = _open_beneath(root_fd, name)
+                # As root, never through a directory swapped for a link since the walk.
+                fd = open_beneath(root_fd, name, os.O_RDONLY | os.O_NONBLOCK)
             except OSError:
                 left_out.append(f"{name}: gone or changed while backing up")
                 continue
@@ -236,7 +217,10 @@ def _snapshot(settings: Settings, work: Path) -> tuple[int, ExportReport, dict[s
     with Store(settings.database) as store:
         store.backup_to(work / DATABASE_MEMBER)
         selfcode = Toolbox.from_settings(settings, store)
-        tools = export_toolbox(selfcode, work / TOOLBOX_MEMBER, quarantined=True)
+        try:
+            tools = export_toolbox(selfcode, work / TOOLBOX_MEMBER, quarantined=True)
+        except ArchiveError as exc:  # a tool changed while it was copied
+            raise BackupError(str(exc)) from None
         quarantined = {
             name: selfcode.quarantine_reason(name)
             for name in selfcode.quarantined()
@@ -250,13 +234,12 @@ def write_backup(settings: Settings, path: Path, *, overwrite: bool = False) -> 
     docstring); ``BackupError`` says why not."""
     limits = BackupLimits()
     _check_target(settings, path, overwrite)
-    workspace = None
     if settings.workspace.is_symlink():
         raise BackupError(f"{settings.workspace} is a symbolic link; a workspace is a directory")
-    if settings.workspace.is_dir():
-        workspace = _walk_workspace(settings.workspace)
-    unpacked = sum(size for _name, size in workspace.files) if workspace else 0
-    entries = len(workspace.files) + len(workspace.dirs) if workspace else 0
+    has_workspace = settings.workspace.is_dir()
+    workspace = _walk_workspace(settings.workspace) if has_workspace else _Workspace((), (), ())
+    unpacked = sum(size for _name, size in workspace.files)
+    entries = len(workspace.files) + len(workspace.dirs)
     if entries + 5 > limits.max_members:
         raise BackupError(
             f"the workspace holds {entries} files and directories; a backup carries at most "
@@ -270,7 +253,7 @@ def write_backup(settings: Settings, path: Path, *, overwrite: bool = False) -> 
     config = settings.config_path
     if config is not None and config.is_file() and config.stat().st_size > limits.max_config_bytes:
         raise BackupError(f"{config} is over {limits.max_config_bytes} bytes")
-    target_dir = path.parent if str(path.parent) else Path(".")
+    target_dir = path.parent
     try:
         scratch = tempfile.TemporaryDirectory(prefix=f".{path.name}.", dir=target_dir)
     except OSError as exc:
@@ -279,7 +262,7 @@ def write_backup(settings: Settings, path: Path, *, overwrite: bool = False) -> 
         work = Path(tmp)
         schema, tools, quarantined = _snapshot(settings, work)
         archive = work / "backup.tar.gz"
-        left_out = list(workspace.left_out) if workspace else []
+        left_out = list(workspace.left_out)
         with open(archive, "wb") as fh:
             with tarfile.open(fileobj=fh, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
                 writer = _Writer(tar)
@@ -287,7 +270,7 @@ def write_backup(settings: Settings, path: Path, *, overwrite: bool = False) -> 
                 writer.add_file(TOOLBOX_MEMBER, work / TOOLBOX_MEMBER)
                 has_config = bool(config and writer.add_file(CONFIG_MEMBER, config))
                 carried = 0
-                if workspace is not None:
+                if has_workspace:
                     carried = _add_workspace(writer, settings.workspace, workspace, left_out)
                 index = {
                     "format": BACKUP_FORMAT,

@@ -38,8 +38,7 @@ def pair(settings: Settings, typed: str, now: float, out: TextIO, err: TextIO) -
             file=err,
         )
         return 2
-    # The file that says who the owner is: the one in use, or where the default one goes.
-    path = settings.config_path or settings.home / "config.toml"
+    path = settings.config_file
     if not settings.database.exists():  # never create a database (as root) to find nothing
         print(f"shelldon pair: {NO_CODE} (no database at {settings.database})", file=err)
         return 1

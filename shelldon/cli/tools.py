@@ -343,7 +343,6 @@ def _import(request: ToolsRequest, selfcode: Toolbox, store: Store, term: Termin
     results = import_tools(
         tools,
         selfcode,
-        store,
         ask,
         replace=request.replace,
         archive=path.absolute(),

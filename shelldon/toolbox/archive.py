@@ -16,19 +16,17 @@ refuses the whole archive with ``ArchiveError`` before anything is written anywh
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import io
 import json
-import os
 import tarfile
-import tempfile
 import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shelldon.toolbox.atomic import write_atomic
 from shelldon.toolbox.errors import StemError
 from shelldon.toolbox.manifest import ManifestEntry, build_manifest, code_hash, describe_source
 from shelldon.toolbox.names import normalize_stem
@@ -137,25 +135,16 @@ def export_toolbox(
                 }
             )
     payload = json.dumps({"format": ARCHIVE_FORMAT, "tools": entries}, indent=1).encode()
-    target_dir = path.parent if str(path.parent) else Path(".")
+    # Built in memory: the tools already are (at most 64 KB each).
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        _add(tar, MANIFEST_MEMBER, payload, now)
+        for name, data in files:
+            _add(tar, name, data, now)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=target_dir)
+        write_atomic(path, buffer.getvalue())
     except OSError as exc:
-        raise ArchiveError(f"cannot write to {target_dir}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            with tarfile.open(fileobj=fh, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
-                _add(tar, MANIFEST_MEMBER, payload, now)
-                for name, data in files:
-                    _add(tar, name, data, now)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        raise ArchiveError(f"cannot write {path}: {exc.strerror or exc}") from None
     return ExportReport(path, tuple(exported), tuple(without_test), tuple(broken), tuple(tampered))
 
 
@@ -167,7 +156,7 @@ def _verified_pair(selfcode: Toolbox, directory: Path, entry: ManifestEntry) -> 
     except ToolFileError as exc:
         raise ArchiveError(f"tool {entry.name} changed while exporting: {exc}") from None
     if code_hash(code) != entry.code_hash:
-        raise ArchiveError(f"tool {entry.name} changed while exporting; run the export again")
+        raise ArchiveError(f"tool {entry.name} changed while exporting; run it again")
     return code, read_or_empty(selfcode.tests_dir / f"test_{entry.name}.py")
 
 

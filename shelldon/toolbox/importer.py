@@ -18,7 +18,6 @@ from pathlib import Path
 
 import structlog
 
-from shelldon.store import Store
 from shelldon.toolbox.archive import ArchivedTool
 from shelldon.toolbox.gate import GateReport
 from shelldon.toolbox.toolbox import Toolbox, ToolboxError
@@ -68,17 +67,16 @@ def gate_summary(report: GateReport) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Importer:
-    """Imports tools one by one into one workspace, auditing into one store."""
+    """Imports tools one by one into one toolbox, auditing into its store."""
 
     selfcode: Toolbox
-    store: Store
     ask: Ask
     replace: bool
     archive: str
     via: str
 
     def audit(self, actor: str, action: str, tool: ArchivedTool, **detail: object) -> None:
-        self.store.audit.record(
+        self.selfcode.store.audit.record(
             actor,
             action,
             tool.name,
@@ -146,7 +144,7 @@ class _Importer:
             self.audit("owner", "promote_failed", tool, error=str(exc))
             return ImportResult(name, Outcome.REFUSED, str(exc), tool.code_hash)
         if taken:
-            self.store.tools.reset_strikes(name)
+            self.selfcode.store.tools.reset_strikes(name)
         self.audit("owner", "promoted", tool, replaced=bool(taken))
         log.info("tool_imported", tool=name, code_hash=tool.code_hash, replaced=bool(taken))
         what = "replaced the old version; it is live" if taken else "live"
@@ -156,7 +154,6 @@ class _Importer:
 def import_tools(
     tools: tuple[ArchivedTool, ...],
     selfcode: Toolbox,
-    store: Store,
     ask: Ask,
     *,
     replace: bool = False,
@@ -166,7 +163,7 @@ def import_tools(
 ) -> tuple[ImportResult, ...]:
     """Stage, gate, ask and promote (or discard) each tool in turn; ``on_result`` hears each
     outcome as soon as it is known; ``via`` says in the audit log what brought them in."""
-    importer = _Importer(selfcode, store, ask, replace, str(archive), via)
+    importer = _Importer(selfcode, ask, replace, str(archive), via)
     results: list[ImportResult] = []
     for tool in tools:
         result = importer.import_one(tool)

@@ -107,7 +107,7 @@ def read_cost(runs: int) -> float:
 def open_costs(runs: int) -> dict[str, float] | None:
     """µs per open of ``notes/2026/todo.txt`` alone: by path (the old way), openat2, the walk."""
     try:
-        from shelldon.worker.tools.beneath import _openat2, walk_beneath
+        from shelldon.proc.beneath import _openat2, walk_beneath
     except ImportError:
         return None
     with tempfile.TemporaryDirectory() as tmp:
@@ -135,8 +135,8 @@ def in_child_without_openat2(fn: Callable[[], object]) -> object | None:
     """``fn()`` in a forked child whose seccomp filter refuses openat2; None on a checkout
     that has no openat2 path to fall back from."""
     try:
+        from shelldon.proc import beneath
         from shelldon.proc.sandbox import load_filter
-        from shelldon.worker.tools import beneath
         from tests.unit.tools.seccomp_filters import refuse_syscall
     except ImportError:
         return None

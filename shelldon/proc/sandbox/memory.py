@@ -39,7 +39,9 @@ def kernel_memory_controller(proc_cgroups: Path = Path("/proc/cgroups")) -> bool
     return False
 
 
-def _lists_memory(path: Path) -> bool:
+def lists_memory(path: Path) -> bool:
+    """Whether the cgroup file ``path`` (``cgroup.controllers``, ``cgroup.subtree_control``)
+    lists the memory controller; False when it cannot be read."""
     try:
         return "memory" in path.read_text().split()
     except OSError:
@@ -53,20 +55,31 @@ def turn_memory_cap(sandbox: SandboxSettings) -> bool:
         return False
     parent = cgroup_parent(sandbox)
     if parent is not None:
-        return _lists_memory(parent / "cgroup.subtree_control")
+        return lists_memory(parent / "cgroup.subtree_control")
     if sandbox.cgroup:
         return False
     delegated = delegated_cgroup()
-    return delegated is not None and _lists_memory(delegated / "cgroup.controllers")
+    return delegated is not None and lists_memory(delegated / "cgroup.controllers")
+
+
+def read_meminfo(path: Path = Path("/proc/meminfo")) -> dict[str, int]:
+    """``/proc/meminfo`` in KiB per field (empty when unreadable)."""
+    out: dict[str, int] = {}
+    try:
+        text = path.read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if parts and parts[0].isdigit():
+            out[key] = int(parts[0])
+    return out
 
 
 def memory_total_mb(meminfo: Path = Path("/proc/meminfo")) -> int:
     """The machine's memory in MiB (0 when ``/proc/meminfo`` cannot be read)."""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) // 1024
-    return 0
+    return read_meminfo(meminfo).get("MemTotal", 0) // 1024
 
 
 def fallback_address_space_mb(configured_mb: int, total_mb: int) -> int:

@@ -22,7 +22,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path, PurePath, PurePosixPath
 
-from shelldon.worker.tools.beneath import open_beneath
+from shelldon.proc.beneath import open_beneath
 from shelldon.worker.tools.registry import ToolError
 
 # Credential-shaped suffixes: keys, certificates, keystores, password files.

@@ -27,7 +27,7 @@ import unicodedata
 from pathlib import PurePath, PurePosixPath
 
 from shelldon.contracts import Tier, ToolDefinition
-from shelldon.worker.tools.beneath import make_dirs_beneath
+from shelldon.proc.beneath import make_dirs_beneath
 from shelldon.worker.tools.jail import jail_path
 from shelldon.worker.tools.registry import ToolContext, ToolError, ToolSpec, string_params
 

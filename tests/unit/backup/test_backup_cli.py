@@ -364,6 +364,51 @@ def test_backup_leaves_out_a_tool_that_is_not_the_approved_code(tmp_path: Path) 
             assert "tools/adder.py" not in tools.getnames()
 
 
+EDIT_DURING_EXPORT = textwrap.dedent(
+    """
+    import os, sys
+    from shelldon.cli import main
+    tool, edited = sys.argv[1], sys.argv[2]
+    opened = []
+    def edit_between_check_and_copy(event, args):
+        # The export reads a tool twice: to check it is the approved code, then to copy it.
+        # The edit lands between the two, as the owner's editor (or a tool) could.
+        if event == "open" and isinstance(args[0], str) and args[0] == tool:
+            opened.append(tool)
+            if len(opened) == 2:
+                with open(tool, "w") as fh:
+                    fh.write(edited)
+    sys.addaudithook(edit_between_check_and_copy)
+    sys.exit(main(sys.argv[3:]))
+    """
+)
+
+
+def test_a_tool_changed_while_backing_up_fails_the_backup_with_one_line_and_no_file(
+    tmp_path: Path,
+) -> None:
+    pet = make_pet(tmp_path / "pet")
+    tool = str(pet.live_tools / "adder.py")
+    edited = ADDER.replace("a + 1", "a + 2")
+    backup = tmp_path / "pet.tar.gz"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHELLDON_")}
+    env["SHELLDON_HOME"] = str(pet.home)
+    made = subprocess.run(
+        [sys.executable, "-c", EDIT_DURING_EXPORT, tool, edited, "backup", str(backup)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert Path(tool).read_text() == edited  # the edit did land mid-export
+    assert made.returncode == 1
+    assert made.stderr.splitlines() == [
+        "shelldon backup: tool adder changed while exporting; run it again"
+    ]
+    assert [p.name for p in tmp_path.iterdir()] == ["pet"]
+
+
 def test_ctrl_c_at_a_restore_prompt_restores_nothing(tmp_path: Path) -> None:
     pet = make_pet(tmp_path / "pet")
     backup = tmp_path / "pet.tar.gz"

@@ -4,10 +4,12 @@ migrations made, what a restored database is not trusted with, who has a databas
 
 from __future__ import annotations
 
+import io
 import os
 import sqlite3
 import subprocess
 import sys
+import tarfile
 import textwrap
 import time
 from pathlib import Path
@@ -251,28 +253,30 @@ def test_a_workspace_file_is_never_read_through_a_link_swapped_in_after_the_walk
     tmp_path: Path,
 ) -> None:
     # A backup may run as root while an approved command writes in the workspace.
-    from shelldon.backup.writer import _open_beneath
+    from shelldon.backup.writer import _add_workspace, _walk_workspace, _Writer
 
     workspace = tmp_path / "workspace"
     (workspace / "sub").mkdir(parents=True)
     (workspace / "sub" / "notes").write_text("mine")
+    (workspace / "leaf").write_text("mine too")
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "notes").write_text("not the workspace's")
-    root = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fd = _open_beneath(root, "sub/notes")
-        assert os.read(fd, 100) == b"mine"
-        os.close(fd)
-        (workspace / "sub").rename(workspace / "old")
-        (workspace / "sub").symlink_to(outside)
-        with pytest.raises(OSError):
-            _open_beneath(root, "sub/notes")
-        (workspace / "old" / "link").symlink_to(outside / "notes")
-        with pytest.raises(OSError):
-            _open_beneath(root, "old/link")
-    finally:
-        os.close(root)
+    walked = _walk_workspace(workspace)
+    (workspace / "sub").rename(workspace / "old")
+    (workspace / "sub").symlink_to(outside)
+    (workspace / "leaf").unlink()
+    (workspace / "leaf").symlink_to(outside / "notes")
+    buffer = io.BytesIO()
+    left_out: list[str] = []
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        writer = _Writer(tar)
+        assert _add_workspace(writer, workspace, walked, left_out) == 0
+    assert sorted(left_out) == [
+        "leaf: gone or changed while backing up",
+        "sub/notes: gone or changed while backing up",
+    ]
+    assert b"not the workspace's" not in buffer.getvalue()
 
 
 NOT_DUMPABLE_HOLDER = textwrap.dedent(

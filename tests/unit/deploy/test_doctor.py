@@ -18,11 +18,11 @@ from shelldon.config import SandboxSettings, Settings, load_settings
 from shelldon.doctor import (
     Check,
     gather_checks,
-    read_meminfo,
     run_doctor,
     unit_memory_max_mb,
 )
 from shelldon.proc.sandbox import landlock_abi
+from shelldon.proc.sandbox.memory import read_meminfo
 from shelldon.toolbox.toolbox import Toolbox
 from tests.unit.selfcode.samples import ADDER, promote
 

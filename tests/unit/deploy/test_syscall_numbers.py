@@ -10,10 +10,10 @@ import ctypes
 
 import pytest
 
+from shelldon.proc import beneath
 from shelldon.proc.sandbox import landlock, userns
 from shelldon.proc.sandbox.policy import DENIED_SYSCALLS
 from shelldon.proc.sandbox.seccomp import _libseccomp
-from shelldon.worker.tools import beneath
 
 # AUDIT_ARCH_* values, as libseccomp's SCMP_ARCH_* tokens.
 ARCHES = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7, "armv7l": 0x40000028}

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from shelldon.contracts import Tier, ToolCall
-from shelldon.worker.tools.beneath import make_dirs_beneath
+from shelldon.proc.beneath import make_dirs_beneath
 from shelldon.worker.tools.registry import Registry, ToolContext, ToolError, execute_tool
 from shelldon.worker.tools.write import WRITE_CAP_BYTES, git_control_reason, specs, write_file
 

@@ -11,7 +11,6 @@ import io
 from pathlib import Path
 
 from shelldon.cli.tools import list_text, printable, show_text, terminal_ask, tool_rows
-from shelldon.config import Settings
 from shelldon.store import Store
 from shelldon.toolbox.archive import ArchivedTool, read_archive
 from shelldon.toolbox.gate import GateReport
@@ -62,9 +61,7 @@ def test_the_description_comes_from_the_code_not_the_archives_claim(tmp_path: Pa
     assert archived.description == "Add one to a number."
 
 
-def test_import_never_overwrites_a_proposal_waiting_for_the_owner(
-    settings: Settings, sc: Toolbox
-) -> None:
+def test_import_never_overwrites_a_proposal_waiting_for_the_owner(sc: Toolbox) -> None:
     sc.store.parked.park_promotion(
         "t1", 1, "adder", code_hash(ADDER), "tool adder", 0.0, 1e12, code=ADDER.encode()
     )
@@ -76,9 +73,8 @@ def test_import_never_overwrites_a_proposal_waiting_for_the_owner(
         asked.append(tool.name)
         return True
 
-    with Store(settings.database) as store:
-        (result,) = import_tools((archived,), sc, store, ask)
-        refusals = [(e.action, e.code_hash) for e in store.audit.log()]
+    (result,) = import_tools((archived,), sc, ask)
+    refusals = [(e.action, e.code_hash) for e in sc.store.audit.log()]
     assert result.outcome is Outcome.REFUSED
     assert "staged here" in result.message and "--replace" in result.message
     assert sc.store.parked.parked_code("adder") == ADDER.encode()

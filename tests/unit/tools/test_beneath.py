@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 
 from shelldon.contracts import ToolCall
-from shelldon.proc.sandbox import SandboxError, build_filter, load_filter
-from shelldon.worker.tools import Registry, ToolContext, execute_tool, files
-from shelldon.worker.tools.beneath import (
+from shelldon.proc.beneath import (
     SYS_OPENAT2,
     open_beneath,
     resolver_in_use,
     walk_beneath,
 )
+from shelldon.proc.sandbox import SandboxError, build_filter, load_filter
+from shelldon.worker.tools import Registry, ToolContext, execute_tool, files
 from tests.unit.risky.forking import run_in_fork
 from tests.unit.tools.seccomp_filters import refuse_syscall
 

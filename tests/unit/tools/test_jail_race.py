@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from shelldon.contracts import ToolCall
+from shelldon.proc.beneath import SYS_OPENAT2, resolver_in_use
 from shelldon.proc.sandbox import load_filter
 from shelldon.worker.tools import Registry, ToolContext, execute_tool, files, write
-from shelldon.worker.tools.beneath import SYS_OPENAT2, resolver_in_use
 from tests.unit.risky.forking import run_in_fork
 from tests.unit.tools.races import swapping
 from tests.unit.tools.seccomp_filters import refuse_syscall
@@ -113,7 +113,7 @@ def test_symlink_swap_race_never_escapes_on_the_fallback_walk(
 def _openat2_works(home: Path) -> bool:
     fd = os.open(home, os.O_PATH | os.O_DIRECTORY)
     try:
-        from shelldon.worker.tools.beneath import _openat2
+        from shelldon.proc.beneath import _openat2
 
         os.close(_openat2(fd, ".", os.O_PATH, 0))
         return True

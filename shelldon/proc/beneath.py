@@ -2,11 +2,12 @@
 
 The jail decides on a resolved path (``root`` + a relative path with no symlink and no ``..``);
 this module makes the open match the decision even when something swaps a directory for a
-symlink in between. ``open_beneath`` asks the kernel for exactly that in one call, openat2(2)
-with ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`` (Linux >= 5.6). Where
-openat2 is missing (ENOSYS) or filtered (EPERM, as container seccomp profiles do), it walks the
-path one component at a time from the root descriptor with ``O_NOFOLLOW``, which refuses the
-same things at the cost of one syscall per directory. Either way a symlink anywhere on the path
+symlink in between (a backup, run as root, reads the workspace through it too).
+``open_beneath`` asks the kernel for exactly that in one call, openat2(2) with
+``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`` (Linux >= 5.6). Where openat2
+is missing (ENOSYS) or filtered (EPERM, as container seccomp profiles do), it walks the path
+one component at a time from the root descriptor with ``O_NOFOLLOW``, which refuses the same
+things at the cost of one syscall per directory. Either way a symlink anywhere on the path
 fails the open (ELOOP or ENOTDIR) instead of being followed.
 """
 
