@@ -346,7 +346,8 @@ class GateRun:
             report = self.poll()
             if report is not None:
                 return report
-            remaining = max(self.deadline - time.monotonic(), 0.0)
+            # Past the deadline a killed gate's exit is awaited on later polls: never spin.
+            remaining = max(self.deadline - time.monotonic(), 0.01)
             fd = self.fd
             if fd is None:
                 time.sleep(min(remaining, 0.01))

@@ -19,6 +19,7 @@ from shelldon.config import Settings
 from shelldon.contracts import ToolCall
 from shelldon.proc import sandbox
 from shelldon.store import Store
+from shelldon.toolbox import gate as gate_module
 from shelldon.toolbox.toolbox import Toolbox
 from shelldon.worker.tools import context_from_settings
 from shelldon.worker.tools.registry import Registry, execute_tool
@@ -367,3 +368,25 @@ def test_a_gate_past_its_time_is_killed_once_and_its_exit_awaited_without_waitin
     report = run.poll()
     assert report is not None and not report.passed
     assert any("longer than 3s" in f for f in report.findings)
+
+
+def test_waiting_on_a_killed_gate_that_has_not_exited_does_not_spin(
+    quick: Toolbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proc = Unkillable()
+    polls = 0
+
+    def exited() -> bool:
+        nonlocal polls
+        polls += 1
+        return False
+
+    monkeypatch.setattr(proc, "exited", exited)
+    monkeypatch.setattr(gate_module, "KILLED_EXIT_S", 0.3)
+    run = quick.start_gate(
+        quick.stage("slow", tool(), calling_test("slow", "pass")), lambda *a: proc
+    )
+    monkeypatch.setattr(run, "deadline", time.monotonic() - 0.01)
+    report = run.wait()
+    assert not report.passed and report.timed_out
+    assert polls < 100, f"{polls} polls in 0.3 s: wait() spun instead of sleeping"
