@@ -23,7 +23,7 @@ from typing import TextIO
 
 from shelldon import __version__
 from shelldon.config import Settings
-from shelldon.preflight import token_problem
+from shelldon.preflight import token_shape_problem
 from shelldon.proc import sandbox
 from shelldon.proc.sandbox.memory import lists_memory, read_meminfo
 from shelldon.secrets import SecretMissingError, fallback_key, find_secret, provider_key
@@ -327,7 +327,7 @@ def _secret_checks(settings: Settings, for_run: bool) -> list[Check]:
             if mode_check is not None:
                 checks.append(mode_check)
             if name == "telegram_token":
-                problem = token_problem(settings)
+                problem = token_shape_problem(found)
                 shape = problem or "looks like a bot token"
                 checks.append(Check("telegram token shape", not problem, shape, required=for_run))
             continue

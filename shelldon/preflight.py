@@ -50,6 +50,11 @@ def token_problem(settings: Settings, environ: MutableMapping[str, str] | None =
             f"{settings.vault / 'telegram_token'} (mode 0600), or as installed: "
             "sudo /opt/shelldon/src/deploy/install.sh --credential telegram_token"
         )
+    return token_shape_problem(found)
+
+
+def token_shape_problem(found: tuple[str, str]) -> str:
+    """Why the token ``found`` (value, where) is not shaped like a bot token ("" when it is)."""
     if not BOT_TOKEN_SHAPE.match(found[0]):
         return (
             f"the bot token in {found[1]} does not look like one from @BotFather "
