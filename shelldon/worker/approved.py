@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import shutil
 import tempfile
 from pathlib import Path
@@ -64,13 +63,11 @@ def run_approved(
     reply = Output(reply_r, 4 * registry.context.max_output_chars + 4096)
     # No deadline of its own: the turn's ceiling holds outside (the worker's group is killed,
     # this child with it).
-    poller = select.poll()
-    poller.register(reply.fd, select.POLLIN)
     try:
         with child:
-            while not reply.eof and not reply.truncated:
-                poller.poll()
-                reply.drain()
+            child.pump((reply,), until_full=reply)
+            if reply.truncated:  # never waited for: it may be blocked writing the rest
+                child.kill()
             code = child.reap(block=True)
     finally:
         reply.close()
