@@ -161,8 +161,9 @@ async def call_with_retries(
 ) -> T:
     """Run ``attempt(timeout_s)`` until it succeeds, retrying retryable ``ProviderError``s with
     backoff. ``timeout_s`` is what remains of ``deadline``; no sleep or attempt crosses it."""
-    retry = 0
+    attempts = 0
     while True:
+        attempts += 1
         left = deadline - clock()
         if left < MIN_ATTEMPT_S:
             raise ProviderError(
@@ -172,12 +173,11 @@ async def call_with_retries(
         try:
             return await attempt(left)
         except ProviderError as err:
-            attempts = retry + 1
             if not err.retryable:
                 log.warning("provider.failed", what=what, kind=err.kind, attempts=attempts)
                 raise
             left = deadline - clock()
-            delay = max(backoff.delay(retry, rand()), err.retry_after or 0.0)
+            why = ""
             if err.retry_after is not None and err.retry_after >= left - MIN_ATTEMPT_S:
                 why = (
                     f"; the provider asks to wait {err.retry_after:.1f}s but only "
@@ -185,27 +185,23 @@ async def call_with_retries(
                 )
             elif attempts >= backoff.max_attempts:
                 why = f" (gave up after {attempts} attempts)"
-            elif delay >= left - MIN_ATTEMPT_S:
-                why = f" (no time left in the turn to retry after {attempts} attempts)"
-            else:
-                log.info(
-                    "provider.retry",
+            else:  # the jitter is drawn only for a retry that may happen
+                delay = max(backoff.delay(attempts - 1, rand()), err.retry_after or 0.0)
+                if delay >= left - MIN_ATTEMPT_S:
+                    why = f" (no time left in the turn to retry after {attempts} attempts)"
+            if why:
+                log.warning(
+                    "provider.gave_up",
                     what=what,
                     kind=err.kind,
-                    retry=attempts,
-                    delay_s=round(delay, 3),
+                    attempts=attempts,
+                    retry_after_s=err.retry_after,
                 )
-                await sleep(delay)
-                retry += 1
-                continue
-            log.warning(
-                "provider.gave_up",
-                what=what,
-                kind=err.kind,
-                attempts=attempts,
-                retry_after_s=err.retry_after,
+                raise ProviderError(err.kind, err.message + why, err.retry_after) from err
+            log.info(
+                "provider.retry", what=what, kind=err.kind, retry=attempts, delay_s=round(delay, 3)
             )
-            raise ProviderError(err.kind, err.message + why, err.retry_after) from err
+            await sleep(delay)
 
 
 def object_schema(params_schema: dict[str, Any]) -> dict[str, Any]:
