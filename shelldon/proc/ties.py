@@ -18,7 +18,8 @@ PR_SET_CHILD_SUBREAPER = 36
 def die_with_parent(parent_pid: int, exit_code: int) -> None:
     """Ask the kernel to SIGKILL the calling process when the one that forked it dies; if it
     already died (before the call took effect), ``_exit`` with ``exit_code`` now."""
-    _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+        log.warning("parent_death_signal_not_set", error=os.strerror(ctypes.get_errno()))
     if os.getppid() != parent_pid:
         os._exit(exit_code)
 
