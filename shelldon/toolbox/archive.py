@@ -157,7 +157,7 @@ def _verified_pair(selfcode: Toolbox, directory: Path, entry: ManifestEntry) -> 
         raise ArchiveError(f"tool {entry.name} changed while exporting: {exc}") from None
     if code_hash(code) != entry.code_hash:
         raise ArchiveError(f"tool {entry.name} changed while exporting; run it again")
-    return code, read_or_empty(selfcode.tests_dir / f"test_{entry.name}.py")
+    return code, read_or_empty(selfcode.kept_test_path(entry.name))
 
 
 def _decompress(path: Path, limits: ArchiveLimits) -> bytes:

@@ -63,8 +63,8 @@ class Staged:
     name: str
     tool_path: Path
     code_hash: str
-    code: bytes = b""
-    test: bytes = b""
+    code: bytes
+    test: bytes
 
     @property
     def directory(self) -> Path:
@@ -188,7 +188,7 @@ class Toolbox(ToolboxView):
                 f"{stem!r} changed since you were shown the new version's diff (it was "
                 "retired, replaced or restored); ask me to propose it again"
             )
-        kept = self.tests_dir / f"test_{stem}.py"
+        kept = self.kept_test_path(stem)
         if test_data:
             write_atomic(kept, test_data)
         else:

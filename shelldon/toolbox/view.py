@@ -104,9 +104,13 @@ class ToolboxView:
                 found.append(Tampered(path.stem, "unapproved", f"{path.name} was never approved"))
         return tuple(sorted(found, key=lambda t: t.name))
 
+    def kept_test_path(self, stem: str) -> Path:
+        """Where the test tool ``stem`` was promoted with is kept (for export and repair)."""
+        return self.tests_dir / f"test_{stem}.py"
+
     def kept_test(self, name: str) -> Path | None:
         """The test tool ``name`` was promoted with, kept for export; None if there is none."""
-        path = self.tests_dir / f"test_{normalize_stem(name)}.py"
+        path = self.kept_test_path(normalize_stem(name))
         return path if path.is_file() else None
 
     def live_source(self, name: str) -> LiveSource | None:
@@ -119,7 +123,7 @@ class ToolboxView:
         data, problem = self.read_approved(known)
         if problem:
             return None
-        test = read_or_empty(self.tests_dir / f"test_{stem}.py")
+        test = read_or_empty(self.kept_test_path(stem))
         return LiveSource(stem, data, test, known.code_hash, known.approved_at, known.state)
 
     def replacement_base(self, name: str, replaces: str) -> LiveSource | None:
