@@ -206,16 +206,17 @@ class Poller:
     async def _tell(self, chat_id: int, notice: str) -> None:
         """Tell the owner why an update of theirs starts nothing (best effort: the update is
         already confirmed, and a lost notice costs nothing but the courtesy)."""
-        with unless_fatal("telegram.notice_not_sent"):
+        with unless_fatal("telegram.notice_not_sent", chat_id=chat_id):
             await self._api.send_message(chat_id, escape(notice))
 
     async def _offer(self, request: PairingRequest, pairing: OwnerPairing) -> None:
         """Answer a would-be owner (best effort, like ``_tell``: the update is confirmed)."""
         try:
-            with unless_fatal("telegram.pairing_code_not_sent"):
-                await pairing.offer_code(request)
-        except TelegramError:
-            raise  # a fatal one: run() stops
+            await pairing.offer_code(request)
+        except TelegramError as exc:
+            if exc.fatal:
+                raise  # run() stops
+            log.info("telegram.pairing_code_not_sent", user_id=request.user_id, error=str(exc))
         except Exception:
             log.exception("telegram.pairing_failed", user_id=request.user_id)
 

@@ -111,15 +111,16 @@ class InvalidEndpoint(TelegramError):
 
 
 @contextlib.contextmanager
-def unless_fatal(event: str) -> Iterator[None]:
-    """Log a non-fatal ``TelegramError`` raised in the block as ``event`` and go on: for a send
-    whose loss costs only a courtesy. A fatal one is raised, for the caller to stop."""
+def unless_fatal(event: str, **context: object) -> Iterator[None]:
+    """Log a non-fatal ``TelegramError`` raised in the block as ``event`` (with ``context``,
+    e.g. the chat) and go on: for a send whose loss costs only a courtesy. A fatal one is
+    raised, for the caller to stop."""
     try:
         yield
     except TelegramError as exc:
         if exc.fatal:
             raise
-        log.info(event, error=str(exc))
+        log.info(event, error=str(exc), **context)
 
 
 def _safe_text(exc: BaseException) -> str:

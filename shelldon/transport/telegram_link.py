@@ -105,7 +105,7 @@ class TelegramLink:
         got = await fetch_photo(self.api, wanted, self.photo_caps)
         if isinstance(got, Refused):
             log.info("photo_refused", update_id=wanted.update_id, reason=got.line)
-            with unless_fatal("telegram.notice_not_sent"):
+            with unless_fatal("telegram.notice_not_sent", chat_id=wanted.chat_id):
                 await self.outbox.send_text(wanted.chat_id, escape(got.line))
             if not wanted.caption.strip():
                 return None
@@ -178,7 +178,7 @@ class TelegramLink:
         owners = owners_of(allowed_users_now(self.settings), console=False)
         for user_id in sorted(owners):
             log.warning("owner_paired", user_id=user_id)
-            with unless_fatal("telegram.paired_notice_not_sent"):
+            with unless_fatal("telegram.paired_notice_not_sent", user_id=user_id):
                 await self.outbox.send_text(user_id, escape(pairing_rules.PAIRED_TEXT))
         return owners
 
